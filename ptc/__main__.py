@@ -1,0 +1,5 @@
+import sys
+
+from ptc.cli import main
+
+sys.exit(main())

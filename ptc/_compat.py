@@ -1,0 +1,253 @@
+"""Feature probes for the torch ptc runs on: the one place that knows versions differ.
+
+Every probe is a small function that looks for a *feature* (an attribute, a
+parameter, a module that imports) and never at ``torch.__version__``.  The
+module attribute of the same name in upper case is the probe's cached boolean::
+
+    from ptc import _compat
+    if _compat.NATIVE_RECONFIGURE:      # torch.distributed._reconfigure exists
+        ...
+
+Probes run lazily on first access (``import cutlass`` or CUDA initialisation
+cost real time) and are cached for the life of the process.  ``probes()``
+lists them all with their docstrings; ``ptc env`` prints that list.
+
+Code elsewhere in ptc must take version differences from here, never from a
+version string.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+from typing import Callable, Dict, NamedTuple
+
+import torch
+
+__all__ = ["Probe", "probes", "probe_values"]
+
+
+class Probe(NamedTuple):
+    name: str
+    doc: str
+    check: Callable[[], bool]
+
+
+_PROBES: Dict[str, Probe] = {}
+
+
+def _probe(fn: Callable[[], bool]) -> Callable[[], bool]:
+    """Register ``fn`` as the probe named ``fn.__name__.upper()``."""
+    name = fn.__name__.upper()
+    doc = inspect.cleandoc(fn.__doc__ or "").splitlines()[0]
+    cached = functools.cache(fn)
+    _PROBES[name] = Probe(name, doc, cached)
+    return cached
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package is missing or broken
+        return False
+
+
+def _imports(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - any failure means "not importable here"
+        return False
+    return True
+
+
+def _accepts(fn: Callable, parameter: str) -> bool:
+    try:
+        return parameter in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# --- control flow -----------------------------------------------------------
+
+
+@_probe
+def native_switch_hop() -> bool:
+    """torch ships the prototype N-way switch HOP (torch._higher_order_ops.switch)."""
+    if not _module_exists("torch._higher_order_ops.switch"):
+        return False
+    mod = importlib.import_module("torch._higher_order_ops.switch")
+    return hasattr(mod, "switch")
+
+
+# --- shape specs ------------------------------------------------------------
+
+
+@_probe
+def native_shapes_spec() -> bool:
+    """torch has the declarative spec types (torch.fx.experimental.dynamic_spec.ShapesSpec)."""
+    if not _module_exists("torch.fx.experimental.dynamic_spec"):
+        return False
+    mod = importlib.import_module("torch.fx.experimental.dynamic_spec")
+    return hasattr(mod, "ShapesSpec")
+
+
+@_probe
+def native_dynamic_spec_decorator() -> bool:
+    """torch has the @dynamic_spec decorator (torch.fx.experimental.dynamic_spec.dynamic_spec)."""
+    if not native_shapes_spec():
+        return False
+    mod = importlib.import_module("torch.fx.experimental.dynamic_spec")
+    return callable(getattr(mod, "dynamic_spec", None))
+
+
+@_probe
+def native_dynamic_spec_export() -> bool:
+    """torch.export.export and make_fx accept a ShapesSpec as dynamic_shapes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if not native_shapes_spec():
+        return False
+    mod = importlib.import_module("torch.fx.experimental.dynamic_spec")
+    return hasattr(mod, "_resolve_dynamic_shapes") and _accepts(make_fx, "dynamic_shapes")
+
+
+@_probe
+def compile_shapes_spec_kwarg() -> bool:
+    """torch.compile takes the spec as `shapes_spec=` (the older spelling)."""
+    return _accepts(torch.compile, "shapes_spec")
+
+
+@_probe
+def compile_dynamic_shapes_kwarg() -> bool:
+    """torch.compile takes the spec as `dynamic_shapes=` (the newer spelling)."""
+    return _accepts(torch.compile, "dynamic_shapes")
+
+
+# --- CUDA and CUDA graphs ---------------------------------------------------
+
+
+@_probe
+def cuda_build() -> bool:
+    """this torch binary was built with CUDA (torch.version.cuda is set)."""
+    return torch.version.cuda is not None
+
+
+@_probe
+def cuda_available() -> bool:
+    """a CUDA device can be used now (torch.cuda.is_available())."""
+    return bool(torch.cuda.is_available())
+
+
+@_probe
+def cuda_graph_if_nodes() -> bool:
+    """torch.cuda.CUDAGraph can capture into IF conditional nodes."""
+    return hasattr(torch.cuda.CUDAGraph, "begin_capture_to_if_node")
+
+
+@_probe
+def cuda_graph_while_nodes() -> bool:
+    """torch.cuda.CUDAGraph can capture into WHILE conditional nodes."""
+    return hasattr(torch.cuda.CUDAGraph, "begin_capture_to_while_node")
+
+
+@_probe
+def cuda_python_bindings() -> bool:
+    """cuda-python's low-level bindings (cuda.bindings) import."""
+    return _module_exists("cuda") and _imports("cuda.bindings.driver")
+
+
+# --- complex ----------------------------------------------------------------
+
+
+@_probe
+def native_complex_wrapper() -> bool:
+    """AOTAutograd has the opt-in complex wrapper (torch._functorch.config.enable_complex_wrapper)."""
+    import torch._functorch.config as functorch_config
+
+    return hasattr(functorch_config, "enable_complex_wrapper")
+
+
+# --- GEMM -------------------------------------------------------------------
+
+
+@_probe
+def cutlass_dsl() -> bool:
+    """CUTLASS's Python DSL imports (`import cutlass.cute`, from nvidia-cutlass-dsl)."""
+    return _module_exists("cutlass") and _imports("cutlass.cute")
+
+
+@_probe
+def cutlass_operators() -> bool:
+    """cutlass.operators (nvidia-cutlass-operators) is installed."""
+    return _module_exists("cutlass") and _module_exists("cutlass.operators")
+
+
+@_probe
+def native_nvgemm() -> bool:
+    """Inductor's own NVGEMM backend is usable with the installed packages."""
+    from torch._inductor import utils as inductor_utils
+
+    check = getattr(inductor_utils, "ensure_nv_universal_gemm_available", None)
+    if check is None:
+        return False
+    try:
+        return bool(check())
+    except Exception:  # noqa: BLE001 - a broken optional package means "no"
+        return False
+
+
+@_probe
+def inductor_choices_hook() -> bool:
+    """Inductor lets a library replace its choice heuristics (config.inductor_choices_class)."""
+    import torch._inductor.config as inductor_config
+
+    return hasattr(inductor_config, "inductor_choices_class")
+
+
+# --- distributed ------------------------------------------------------------
+
+
+@_probe
+def distributed() -> bool:
+    """torch.distributed is built in (c10d, gloo)."""
+    return bool(torch.distributed.is_available())
+
+
+@_probe
+def native_reconfigure() -> bool:
+    """process groups can be reconfigured in place (torch.distributed._reconfigure)."""
+    return distributed() and hasattr(torch.distributed, "_reconfigure")
+
+
+@_probe
+def process_group_hooks() -> bool:
+    """process groups take Python pre/post collective hooks (ProcessGroup.register_pre_hook)."""
+    if not distributed():
+        return False
+    return hasattr(torch.distributed.ProcessGroup, "register_pre_hook")
+
+
+# --- access -----------------------------------------------------------------
+
+
+def probes() -> Dict[str, Probe]:
+    """All probes by name, in definition order."""
+    return dict(_PROBES)
+
+
+def probe_values() -> Dict[str, bool]:
+    """Evaluate every probe: ``{name: bool}``."""
+    return {name: p.check() for name, p in _PROBES.items()}
+
+
+def __getattr__(name: str) -> bool:
+    probe = _PROBES.get(name)
+    if probe is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return probe.check()
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_PROBES))

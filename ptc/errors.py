@@ -1,0 +1,96 @@
+"""ptc's exception types.
+
+Every ptc error derives from :class:`PtcError` *and* from the builtin a user
+would already catch for that kind of mistake, so ``except ValueError`` keeps
+working around ptc calls.  Messages name the user's argument (``y.shape[0]``,
+``index``), the rule it broke, the values that broke it, and what to change.
+
+=====================  =================  ===========================================
+type                   also a             raised when
+=====================  =================  ===========================================
+``PtcTypeError``       ``TypeError``      an argument has the wrong type
+``PtcValueError``      ``ValueError``     an argument has the right type, a bad value
+``SpecError``          ``ValueError``     a shape spec itself is malformed
+``SpecViolation``      ``ValueError``     a call's inputs break a (valid) spec
+``BranchMismatch``     ``TypeError``      control-flow branches disagree in structure
+                                          or dtype
+``CaptureError``       ``RuntimeError``   a CUDA-graph capture (real or simulated)
+                                          does something capture forbids
+``FeatureUnavailable`` ``RuntimeError``   a feature needs something this install
+                                          lacks (a GPU, an optional package)
+``PeerFailure``        ``RuntimeError``   distributed peers failed; ``.ranks`` names them
+=====================  =================  ===========================================
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Tuple
+
+__all__ = [
+    "PtcError",
+    "PtcTypeError",
+    "PtcValueError",
+    "SpecError",
+    "SpecViolation",
+    "BranchMismatch",
+    "CaptureError",
+    "FeatureUnavailable",
+    "PeerFailure",
+]
+
+
+class PtcError(Exception):
+    """Base class of every exception ptc raises on purpose."""
+
+
+class PtcTypeError(PtcError, TypeError):
+    """An argument has the wrong type."""
+
+
+class PtcValueError(PtcError, ValueError):
+    """An argument has an acceptable type but a bad value."""
+
+
+class SpecError(PtcError, ValueError):
+    """A shape spec is malformed (unknown key, bad range, unsolvable expression)."""
+
+
+class SpecViolation(PtcError, ValueError):
+    """A call's inputs break a shape spec; raised before any compiled code runs."""
+
+
+class BranchMismatch(PtcError, TypeError):
+    """Branches of a control-flow op return different pytree structures or dtypes."""
+
+
+class CaptureError(PtcError, RuntimeError):
+    """A graph capture did something capture forbids (e.g. a host read)."""
+
+
+class FeatureUnavailable(PtcError, RuntimeError):
+    """A feature needs something this install lacks.
+
+    ``requirement`` names what is missing, e.g. the ``ptc._compat`` probe
+    ``"CUDA_AVAILABLE"`` or the extra ``"ptc[gemm]"``.
+    """
+
+    def __init__(self, message: str, requirement: str = "") -> None:
+        super().__init__(message)
+        self.requirement = requirement
+
+
+class PeerFailure(PtcError, RuntimeError):
+    """One or more distributed peers failed.
+
+    ``ranks`` is the sorted tuple of failed ranks (in the generation the
+    failure was seen in); ``generation`` is that generation's number.
+    """
+
+    def __init__(self, ranks: Iterable[int], generation: int, detail: str = "") -> None:
+        self.ranks: Tuple[int, ...] = tuple(sorted(set(int(r) for r in ranks)))
+        self.generation = int(generation)
+        names = ", ".join(str(r) for r in self.ranks) or "unknown"
+        msg = f"peer rank(s) {names} failed in generation {self.generation}"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)

@@ -1,0 +1,95 @@
+"""The feature probes agree with what each torch release really has."""
+
+import pytest
+import torch
+
+from ptc import _compat
+
+# What each CI torch release really has, checked by hand against its sources
+# (see ../shared/anchors). Entries that depend on the build use a callable.
+GROUND_TRUTH = {
+    "2.13.0": {
+        "NATIVE_SWITCH_HOP": False,
+        "NATIVE_SHAPES_SPEC": True,
+        "NATIVE_DYNAMIC_SPEC_DECORATOR": False,
+        "NATIVE_DYNAMIC_SPEC_EXPORT": False,
+        "COMPILE_SHAPES_SPEC_KWARG": True,
+        "COMPILE_DYNAMIC_SHAPES_KWARG": False,
+        "CUDA_GRAPH_WHILE_NODES": False,
+        "NATIVE_COMPLEX_WRAPPER": True,
+        "INDUCTOR_CHOICES_HOOK": True,
+        "DISTRIBUTED": True,
+        "NATIVE_RECONFIGURE": False,
+        "PROCESS_GROUP_HOOKS": False,
+    },
+    "2.14.1": {
+        "NATIVE_SWITCH_HOP": True,
+        "NATIVE_SHAPES_SPEC": True,
+        "NATIVE_DYNAMIC_SPEC_DECORATOR": True,
+        "NATIVE_DYNAMIC_SPEC_EXPORT": True,
+        "COMPILE_SHAPES_SPEC_KWARG": False,
+        "COMPILE_DYNAMIC_SHAPES_KWARG": True,
+        "CUDA_GRAPH_IF_NODES": lambda: torch.version.cuda is not None,
+        "CUDA_GRAPH_WHILE_NODES": lambda: torch.version.cuda is not None,
+        "NATIVE_COMPLEX_WRAPPER": True,
+        "INDUCTOR_CHOICES_HOOK": True,
+        "DISTRIBUTED": True,
+        "NATIVE_RECONFIGURE": True,
+        "PROCESS_GROUP_HOOKS": True,
+    },
+}
+RELEASE = torch.__version__.split("+")[0]
+
+
+@pytest.mark.skipif(RELEASE not in GROUND_TRUTH, reason=f"no ground truth for torch {RELEASE}")
+@pytest.mark.parametrize("name", sorted({k for facts in GROUND_TRUTH.values() for k in facts}))
+def test_probe_matches_release(name):
+    facts = GROUND_TRUTH[RELEASE]
+    if name not in facts:
+        pytest.skip(f"{name} depends on the build, not on torch {RELEASE}")
+    expected = facts[name]() if callable(facts[name]) else facts[name]
+    assert getattr(_compat, name) is expected, f"{name} on torch {torch.__version__}"
+
+
+def test_probes_agree_with_direct_evidence():
+    """Each probe agrees with a direct look at the thing it names."""
+    import importlib.util
+    import inspect
+
+    switch_exists = importlib.util.find_spec("torch._higher_order_ops.switch") is not None
+    assert _compat.NATIVE_SWITCH_HOP is switch_exists
+    assert _compat.NATIVE_RECONFIGURE is hasattr(torch.distributed, "_reconfigure")
+    compile_params = inspect.signature(torch.compile).parameters
+    assert _compat.COMPILE_SHAPES_SPEC_KWARG is ("shapes_spec" in compile_params)
+    assert _compat.CUDA_BUILD is (torch.version.cuda is not None)
+    assert _compat.CUDA_AVAILABLE is torch.cuda.is_available()
+    # exactly one spelling of the compile-time spec kwarg exists in each release we support
+    assert _compat.COMPILE_SHAPES_SPEC_KWARG != _compat.COMPILE_DYNAMIC_SHAPES_KWARG
+
+
+def test_while_nodes_imply_if_nodes():
+    assert not _compat.CUDA_GRAPH_WHILE_NODES or _compat.CUDA_GRAPH_IF_NODES
+
+
+def test_every_probe_is_a_documented_boolean():
+    probes = _compat.probes()
+    assert len(probes) >= 15
+    values = _compat.probe_values()
+    assert list(values) == list(probes)
+    for name, probe in probes.items():
+        assert name.isupper() and probe.doc, name
+        assert type(values[name]) is bool, name
+        assert getattr(_compat, name) is values[name]
+
+
+def test_unknown_probe_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="NO_SUCH_PROBE"):
+        _compat.NO_SUCH_PROBE  # noqa: B018
+
+
+def test_probes_are_cached():
+    probe = _compat.probes()["NATIVE_SWITCH_HOP"]
+    probe.check()
+    before = probe.check.cache_info().hits
+    probe.check()
+    assert probe.check.cache_info().hits == before + 1
