@@ -81,6 +81,13 @@ def native_switch_hop() -> bool:
     return hasattr(mod, "switch")
 
 
+def native_switch_op():
+    """torch's prototype switch HOP (``torch.ops.higher_order.switch``), or None."""
+    if not native_switch_hop():
+        return None
+    return importlib.import_module("torch._higher_order_ops.switch").switch_op
+
+
 # --- shape specs ------------------------------------------------------------
 
 
