@@ -8,6 +8,7 @@ export leaves behind for deeply nested ``torch.cond`` so the program saves.
 """
 
 from ptc.control_flow.lowering import count_native_switch, fix_export_metadata, lower_native_switch
+from ptc.control_flow.render import cond_depth, render_cond_tree
 from ptc.control_flow.switch import switch, tree_depth
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "lower_native_switch",
     "count_native_switch",
     "fix_export_metadata",
+    "render_cond_tree",
+    "cond_depth",
     "capability",
 ]
 

@@ -8,9 +8,9 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ptc
-from ptc.control_flow import fix_export_metadata, switch, tree_depth
+from ptc.control_flow import cond_depth, fix_export_metadata, render_cond_tree, switch, tree_depth
 
-from .helpers import affine_branches, cond_depth, cond_tree, prefix_branches, reference
+from .helpers import affine_branches, prefix_branches, reference
 
 X = torch.arange(8.0) - 3.0
 NS = range(1, 10)
@@ -167,7 +167,7 @@ def test_bad_index_is_rejected_while_tracing_too():
 class TestGoldenGraphs(expecttest.TestCase):
     def _tree(self, n):
         ep = torch.export.export(_program(affine_branches(n)), (torch.tensor(0), X))
-        return cond_tree(ep.graph_module)
+        return render_cond_tree(ep.graph_module)
 
     def test_three_branches(self):
         self.assertExpectedInline(self._tree(3), """\
