@@ -88,6 +88,23 @@ def native_switch_op():
     return importlib.import_module("torch._higher_order_ops.switch").switch_op
 
 
+def skip_frame(code) -> None:
+    """Make Dynamo run frames of ``code`` as plain Python while still compiling
+    the frames they call (how ptc checks arguments outside a compiled graph)."""
+    from torch._dynamo.eval_frame import skip_code
+
+    skip_code(code)
+
+
+def dynamo_callback_getter():
+    """A C function returning Dynamo's installed frame callback (None when nothing
+    compiles). A builtin, so calling it from a skipped frame creates no frame
+    that Dynamo would try to compile."""
+    from torch._C._dynamo import eval_frame
+
+    return eval_frame.get_eval_frame_callback
+
+
 # --- shape specs ------------------------------------------------------------
 
 

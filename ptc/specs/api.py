@@ -1,0 +1,258 @@
+"""``@dynamic_spec`` and ``export``: one spec for eager, torch.compile, torch.export and make_fx."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from ptc import _compat
+from ptc.errors import PtcTypeError, SpecError
+from ptc.specs.binding import BoundSpec
+from ptc.specs.lowering import apply_marks, dynamic_shapes, restore_marks, to_native
+from ptc.specs.spec import Spec
+
+__all__ = ["dynamic_spec", "export", "spec_of", "check"]
+
+_SPEC_ATTR = "__ptc_spec__"
+
+
+def dynamic_spec(
+    params: Optional[Any] = None,
+    /,
+    *,
+    assumptions: Sequence[Any] = (),
+    unspecified: str = "auto",
+    **by_name: Any,
+) -> Callable:
+    """Attach a shape spec to a function or an ``nn.Module`` class.
+
+    ``@dynamic_spec({"x": tensor(B, T), "y": tensor(2*B)}, assumptions=[...])`` or
+    ``@dynamic_spec(x=tensor(B, T), y=tensor(2*B))``, or a ready ``Spec``.
+
+    A decorated function ``f`` behaves like::
+
+        def f(*args, **kwargs):
+            check(spec, args, kwargs)        # SpecViolation before anything runs
+            return original_f(*args, **kwargs)
+
+    Under ``torch.compile(f)`` the check runs in plain Python before the
+    compiled frame (a violation never reaches Dynamo, so it never recompiles),
+    the call's tensors are marked dynamic per the spec's variable kinds, and
+    the compiled graph receives the ranges and relations as facts. Under
+    ``ptc.specs.export`` the spec becomes ``dynamic_shapes`` plus runtime
+    assertions; under ``make_fx(tracing_mode="symbolic")`` the facts apply.
+    Keys are bound to the signature (``inspect.signature``, which follows
+    ``functools.wraps``); a key that names no parameter is a ``SpecError`` at
+    decoration time. On an ``nn.Module`` class the spec describes ``forward``
+    (``"self"`` may describe attributes of the module).
+
+    When the decorated function is itself inlined into a larger compiled
+    function, only the facts apply (the boundary check runs where the
+    decorated function is the entry point).
+    """
+    if isinstance(params, Spec):
+        if by_name or assumptions or unspecified != "auto":
+            raise SpecError("dynamic_spec(Spec(...)): put assumptions and unspecified inside the Spec")
+        spec = params
+    else:
+        if params is not None and by_name:
+            raise SpecError("dynamic_spec: give the parameter specs as one dict or as keywords, not both")
+        spec = Spec(params if params is not None else by_name, assumptions=assumptions, unspecified=unspecified)
+
+    def decorate(target: Any) -> Any:
+        if getattr(target, _SPEC_ATTR, None) is not None and not isinstance(target, type):
+            raise SpecError(f"{getattr(target, '__qualname__', target)!r} already has a ptc spec")
+        if isinstance(target, type) and issubclass(target, torch.nn.Module):
+            return _decorate_module(target, spec)
+        if callable(target):
+            return _decorate_function(target, spec)
+        raise PtcTypeError(f"dynamic_spec decorates a function or an nn.Module class, got {type(target).__name__}")
+
+    return decorate
+
+
+def spec_of(obj: Any) -> Optional[BoundSpec]:
+    """The bound spec of a decorated function, module class or module instance."""
+    return getattr(obj, _SPEC_ATTR, None) if not isinstance(obj, torch.nn.Module) else getattr(type(obj), _SPEC_ATTR, None)
+
+
+def check(obj: Any, *args: Any, **kwargs: Any) -> None:
+    """Check a call against ``obj``'s spec without running it (raises ``SpecViolation``)."""
+    bound = _require_spec(obj)
+    if isinstance(obj, torch.nn.Module):
+        args = (obj,) + args
+    bound.checker(*args, **kwargs)
+
+
+# The boundary (the decorated entry point) runs in a frame Dynamo skips; every
+# ptc function it calls while a compile is active must run with Dynamo disabled,
+# or Dynamo would compile that helper as a frame of its own.
+_dynamo_callback = _compat.dynamo_callback_getter()
+
+
+def _check_and_mark(bound: BoundSpec, args, kwargs):
+    tensors, unmentioned = bound.checker(*args, **kwargs)
+    return apply_marks(bound, tensors, unmentioned)
+
+
+_check_and_mark_outside_dynamo = torch._dynamo.disable(_check_and_mark)
+_restore_outside_dynamo = torch._dynamo.disable(restore_marks)
+
+
+def _decorate_function(fn: Callable, spec: Spec) -> Callable:
+    bound = BoundSpec(spec, fn)
+    checker, facts = bound.checker, bound.facts
+
+    @functools.wraps(fn)
+    def with_spec(*args, **kwargs):
+        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+            _refuse_static_export(bound, args, kwargs)  # traced: values are symbolic
+            return facts(*args, **kwargs)
+        if _dynamo_callback() is None:  # plain eager
+            checker(*args, **kwargs)
+            return fn(*args, **kwargs)
+        marked = _check_and_mark_outside_dynamo(bound, args, kwargs)
+        try:
+            return facts(*args, **kwargs)  # Dynamo compiles this frame
+        finally:
+            _restore_outside_dynamo(marked)
+
+    _compat.skip_frame(with_spec.__code__)
+    setattr(with_spec, _SPEC_ATTR, bound)
+    return with_spec
+
+
+def _decorate_module(cls: type, spec: Spec) -> type:
+    forward = cls.forward
+    self_param = next(iter(inspect.signature(forward).parameters), None)
+    bound = BoundSpec(spec, forward, self_param=self_param)
+    checker, facts = bound.checker, bound.facts
+    module_call = torch.nn.Module.__call__
+
+    def __call__(self, *args, **kwargs):
+        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+            return module_call(self, *args, **kwargs)
+        if _dynamo_callback() is None:
+            checker(self, *args, **kwargs)
+            return module_call(self, *args, **kwargs)
+        marked = _check_and_mark_outside_dynamo(bound, (self,) + args, kwargs)
+        try:
+            return module_call(self, *args, **kwargs)
+        finally:
+            _restore_outside_dynamo(marked)
+
+    @functools.wraps(forward)
+    def forward_with_facts(self, *args, **kwargs):
+        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+            _refuse_static_export(bound, (self,) + args, kwargs)
+            return facts(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
+
+    _compat.skip_frame(__call__.__code__)
+    cls.__call__ = __call__
+    cls.forward = forward_with_facts
+    setattr(cls, _SPEC_ATTR, bound)
+    return cls
+
+
+def _refuse_static_export(bound: BoundSpec, args, kwargs) -> None:
+    """torch.export.export called without the spec's dynamic shapes would silently
+    export a static program; say how to export with the spec instead."""
+    if not torch.compiler.is_exporting() or _EXPORTING_WITH_SPEC[0]:
+        return
+    has_vars = any(m[2] != "static" for m in bound.marks)
+    sizes = [s for t in bound.traced_leaves(*args, **kwargs) if isinstance(t, torch.Tensor) for s in t.shape]
+    if not has_vars or any(isinstance(s, torch.SymInt) for s in sizes):
+        return
+    raise SpecError(
+        f"torch.export.export was called on {_qualname(bound.fn)}, which has a ptc spec, without "
+        "the spec's dynamic shapes; use ptc.specs.export(obj, args) (or pass "
+        "dynamic_shapes=ptc.specs.export_dynamic_shapes(obj, args))"
+    )
+
+
+_EXPORTING_WITH_SPEC = [False]
+
+
+def _qualname(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _require_spec(obj: Any) -> BoundSpec:
+    bound = spec_of(obj)
+    if bound is None:
+        raise PtcTypeError(f"{_qualname(obj)} has no ptc spec; decorate it with @ptc.specs.dynamic_spec(...)")
+    return bound
+
+
+class _FunctionModule(torch.nn.Module):
+    """Lets torch.export see a decorated function as a module."""
+
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+
+def _function_module(fn: Callable, bound: BoundSpec) -> torch.nn.Module:
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += list(bound.signature.parameters.values())
+
+    def forward(self, *args, **kwargs):
+        return bound.facts(*args, **kwargs)
+
+    forward.__signature__ = inspect.Signature(params)
+    module = _FunctionModule(fn)
+    module.__class__ = type(f"{_qualname(fn)}_module".replace(".", "_").replace("<", "").replace(">", ""), (_FunctionModule,), {"forward": forward})
+    return module
+
+
+def export_dynamic_shapes(obj: Any, args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The ``dynamic_shapes`` argument for ``torch.export.export(obj, args, kwargs)``."""
+    bound = _require_spec(obj)
+    kwargs = dict(kwargs or {})
+    if isinstance(obj, torch.nn.Module):
+        return dynamic_shapes(bound, (obj,) + tuple(args), kwargs, skip_first=True)
+    return dynamic_shapes(bound, tuple(args), kwargs)
+
+
+def export(
+    obj: Any,
+    args: Tuple[Any, ...],
+    kwargs: Optional[Dict[str, Any]] = None,
+    *,
+    strict: bool = False,
+) -> "torch.export.ExportedProgram":
+    """``torch.export.export`` with the spec of ``obj`` (a decorated function or module).
+
+    The example call is checked against the spec first. Variables become
+    ``Dim``s with their ranges (``range_constraints`` shows them); relations
+    ``Dim`` cannot express (``B*H``, ``T // 2``, divisibility, ``B <= T``)
+    become runtime assertions in the graph. The program saves and loads with
+    ``torch.export.save``/``load``. Scalar int arguments are constants, as in
+    torch.export.
+    """
+    bound = _require_spec(obj)
+    kwargs = dict(kwargs or {})
+    check(obj, *args, **kwargs)
+    shapes = export_dynamic_shapes(obj, args, kwargs)
+    module = obj if isinstance(obj, torch.nn.Module) else _function_module(obj, bound)
+    _EXPORTING_WITH_SPEC[0] = True
+    try:
+        return torch.export.export(
+            module,
+            tuple(args),
+            kwargs,
+            dynamic_shapes=shapes,
+            strict=strict,
+            prefer_deferred_runtime_asserts_over_guards=True,
+        )
+    finally:
+        _EXPORTING_WITH_SPEC[0] = False
+
+
+def native_spec(obj: Any) -> Any:
+    """torch 2.14's native ``ShapesSpec`` equivalent of ``obj``'s spec."""
+    return to_native(_require_spec(obj))

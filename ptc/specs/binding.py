@@ -1,0 +1,446 @@
+"""Bind a Spec to a function signature and generate its checker and facts.
+
+Binding happens once, at decoration. It resolves spec keys to parameters
+(``*args``/``**kwargs``/``self`` included; unknown keys are a ``SpecError``),
+orders the work (bind each variable where it first appears as a bare dim,
+solve variables that appear only inside expressions, then check the rest),
+and generates two Python functions with the user's own signature:
+
+* the **checker** runs before every eager or compiled call on the real
+  values. It is straight-line code on ints (no sympy), and raises
+  ``SpecViolation`` naming the argument path, the rule, the value and the
+  variable bindings derived so far. It returns the tensor leaves.
+* the **facts** function runs inside traced code (Dynamo, export, make_fx):
+  it states every range, relation and assumption as ``torch._check`` on the
+  symbolic sizes, then calls the user's function.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import linecache
+import itertools
+from collections.abc import Mapping as MappingABC
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import sympy
+import torch
+
+from ptc.errors import SpecError, SpecViolation
+from ptc.specs.expr import solve_linear, to_python
+from ptc.specs.spec import Leaf, Spec, TensorSpec, _vars_of
+from ptc.specs.variables import STATIC, Var
+
+__all__ = ["BoundSpec", "MarkPlan"]
+
+_file_ids = itertools.count()
+
+
+class MarkPlan(tuple):
+    """``(leaf_index, dim, action)``; action in unbacked | dynamic | maybe | static."""
+
+
+def _display(expr) -> str:
+    text = to_python(expr)
+    if text.startswith("(") and text.endswith(")") and text.count("(") == 1:
+        text = text[1:-1]
+    return text
+
+
+def _get(obj: Any, key: Any, path: str) -> Any:
+    """``obj[key]`` for mappings, ``getattr(obj, key)`` otherwise; a violation if missing."""
+    if isinstance(obj, MappingABC):
+        try:
+            return obj[key]
+        except KeyError:
+            raise SpecViolation(f"{path} has no key {key!r} (the spec describes {path}[{key!r}])") from None
+    try:
+        return getattr(obj, key)
+    except (AttributeError, TypeError):
+        raise SpecViolation(
+            f"{path} ({type(obj).__name__}) has no attribute or key {key!r} that the spec describes"
+        ) from None
+
+
+def _index(obj: Any, i: int, path: str) -> Any:
+    try:
+        return obj[i]
+    except (IndexError, KeyError, TypeError):
+        raise SpecViolation(f"{path}[{i}] is missing: the spec describes it, the call passed {_short(obj)}") from None
+
+
+def _get_traced(obj: Any, key: Any) -> Any:
+    return obj[key] if isinstance(obj, MappingABC) else getattr(obj, key)
+
+
+def _short(obj: Any) -> str:
+    if isinstance(obj, (list, tuple)):
+        return f"{type(obj).__name__} of length {len(obj)}"
+    return type(obj).__name__
+
+
+def _no_tensors(value: Any, path: str) -> None:
+    import torch.utils._pytree as pytree
+
+    if any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)):
+        raise SpecError(
+            f"{path} holds a tensor the spec does not describe, and the spec says "
+            "unspecified='error'; describe it (tensor(...) or STATIC dims) or change the policy"
+        )
+
+
+class BoundSpec:
+    """A Spec bound to one signature: the checker, the facts function and the plans."""
+
+    def __init__(self, spec: Spec, fn: Callable, *, self_param: Optional[str] = None) -> None:
+        self.spec = spec
+        self.fn = fn
+        try:
+            self.signature = inspect.signature(fn)
+        except (TypeError, ValueError) as e:
+            raise SpecError(f"cannot read the signature of {fn!r}: {e}") from None
+        self.param_names = list(self.signature.parameters)
+        self.key_to_param = self._resolve_keys(self_param)
+        self.leaves: List[Leaf] = spec.leaves
+        self.sources: Dict[Var, str] = {}  # var -> where it is bound ("x.shape[0]")
+        self.marks: List[Tuple[int, int, str]] = []
+        self._fail_messages: List[Callable[[Any, Dict[str, int]], str]] = []
+        self.unmentioned = [
+            p
+            for p in self.param_names
+            if p not in self.key_to_param.values() and p != self.key_to_param.get("self", self_param)
+        ]
+        self.checker, self.facts, self.traced_leaves = self._generate()
+
+    # -- keys ------------------------------------------------------------------
+
+    def _resolve_keys(self, self_param: Optional[str]) -> Dict[str, str]:
+        params = self.signature.parameters
+        varargs = next((n for n, p in params.items() if p.kind is p.VAR_POSITIONAL), None)
+        varkw = next((n for n, p in params.items() if p.kind is p.VAR_KEYWORD), None)
+        named = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        resolved: Dict[str, str] = {}
+        for key in self.spec.params:
+            if key == "*args" and varargs:
+                resolved[key] = varargs
+            elif key == "**kwargs" and varkw:
+                resolved[key] = varkw
+            elif key == "self" and self_param is not None:
+                resolved[key] = self_param
+            elif key in named:
+                resolved[key] = key
+            else:
+                valid = named + (["*args"] if varargs else []) + (["**kwargs"] if varkw else [])
+                close = difflib.get_close_matches(key, valid, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise SpecError(
+                    f"spec key {key!r} does not match any parameter of {_name(self.fn)}"
+                    f"{tuple(valid)}{hint}"
+                )
+        return resolved
+
+    # -- code generation ---------------------------------------------------------
+
+    def _generate(self):
+        sig_src, call_src, defaults = _signature_source(self.signature)
+        check = _Lines()
+        facts = _Lines()
+        var_name = {v: f"_ptc_v{v.uid}" for v in self.spec.vars}
+        bound: Dict[Var, None] = {}
+        pending: List[Tuple[str, str, str, sympy.Expr]] = []  # (dim local, facts access, text, expr)
+        tensor_locals: List[str] = []
+
+        def fail(message: Callable[[Any, Dict[str, int]], str], value_src: str) -> str:
+            k = len(self._fail_messages)
+            self._fail_messages.append(message)
+            bindings = ", ".join(f"{v.name!r}: {var_name[v]}" for v in bound)
+            return f"_ptc_fail({k}, {value_src}, {{{bindings}}})"
+
+        def where(vs: Sequence[Var], bindings: Dict[str, int]) -> str:
+            parts = [
+                f"{v.name}={bindings[v.name]} from {self.sources[v]}" for v in vs if v.name in bindings
+            ]
+            return " where " + ", ".join(parts) if parts else ""
+
+        def bind_or_compare(dim: str, fdim: str, text: str, d: Var) -> None:
+            v = var_name[d]
+            if d not in bound:
+                bound[d] = None
+                self.sources[d] = text
+                check.add(f"{v} = {dim}")
+                facts.add(f"{v} = {fdim}")
+                cond = f"{d.min} <= {v}" + (f" <= {d.max}" if d.max is not None else "")
+                check.add(
+                    f"if not ({cond}): "
+                    + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {d.range_text()} ({d.name} from {t})", v)
+                )
+                _range_facts(facts, v, d)
+            else:
+                check.add(
+                    f"if {dim} != {v}: "
+                    + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {t} == {d.name}" + where([d], b), dim)
+                )
+                facts.add(f"_ptc_check({fdim} == {v})")
+
+        # 1. leaves: types, ranks, fixed dims, bare variables
+        for i, leaf in enumerate(self.leaves):
+            param = self.key_to_param[leaf.param]
+            access, faccess = param, param
+            text = leaf.param if leaf.param not in ("*args", "**kwargs") else param
+            for step in leaf.steps:
+                if step.kind == "key":
+                    access = f"_ptc_get({access}, {step.key!r}, {text!r})"
+                    faccess = f"_ptc_get_traced({faccess}, {step.key!r})"
+                    text = f"{text}.{step.key}" if isinstance(step.key, str) and step.key.isidentifier() else f"{text}[{step.key!r}]"
+                else:
+                    access = f"_ptc_index({access}, {step.key}, {text!r})"
+                    faccess = f"{faccess}[{step.key}]"
+                    text = f"{text}[{step.key}]"
+            t = f"_ptc_t{i}"
+            check.add(f"{t} = {access}")
+            facts.add(f"{t} = {faccess}")
+            if leaf.is_tensor:
+                dims = leaf.spec.dims
+                tensor_locals.append(t)
+                spec_text = f"[{', '.join(map(str, dims))}]"
+                check.add(
+                    f"if not isinstance({t}, _ptc_Tensor): "
+                    + fail(lambda val, b, x=text, s=spec_text: f"{x} must be a tensor with dims {s}, got {type(val).__name__}", t)
+                )
+                check.add(f"_ptc_s{i} = {t}.shape")
+                check.add(
+                    f"if len(_ptc_s{i}) != {len(dims)}: "
+                    + fail(
+                        lambda val, b, x=text, s=spec_text, n=len(dims): f"{x} must have {n} dims {s}, got {len(val)}: shape {tuple(val)}",
+                        f"_ptc_s{i}",
+                    )
+                )
+                for j, d in enumerate(dims):
+                    dim, fdim, dtext = f"_ptc_s{i}[{j}]", f"{t}.shape[{j}]", f"{text}.shape[{j}]"
+                    if d is STATIC:
+                        self.marks.append((len(tensor_locals) - 1, j, "static"))
+                    elif isinstance(d, int):
+                        self.marks.append((len(tensor_locals) - 1, j, "static"))
+                        check.add(
+                            f"if {dim} != {d}: "
+                            + fail(lambda val, b, x=dtext, d=d: f"{x}={val} violates {x} == {d}", dim)
+                        )
+                        facts.add(f"_ptc_check({fdim} == {d})")
+                    elif isinstance(d, Var):
+                        self.marks.append((len(tensor_locals) - 1, j, _action([d], d.min)))
+                        bind_or_compare(dim, fdim, dtext, d)
+                    else:
+                        self.marks.append((len(tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d))))
+                        local = f"_ptc_d{i}_{j}"
+                        check.add(f"{local} = {dim}")
+                        pending.append((local, fdim, dtext, d))
+            else:
+                d = leaf.spec
+                check.add(
+                    f"if type({t}) is not int: "
+                    + fail(lambda val, b, x=text, s=d: f"{x} must be an int (spec {s}), got {type(val).__name__}", t)
+                )
+                if isinstance(d, Var):
+                    bind_or_compare(t, t, text, d)
+                elif isinstance(d, int):
+                    check.add(f"if {t} != {d}: " + fail(lambda val, b, x=text, d=d: f"{x}={val} violates {x} == {d}", t))
+                else:
+                    pending.append((t, t, text, d))
+
+        # 2. expressions: check those whose variables are bound, solve single unknowns
+        progress = True
+        while pending and progress:
+            progress = False
+            for item in list(pending):
+                local, fdim, dtext, expr = item
+                unknown = [v for v in _vars_of(expr) if v not in bound]
+                name = lambda s: var_name[s]  # noqa: E731
+                if not unknown:
+                    code = to_python(expr, name)
+                    shown = _display(expr)
+                    check.add(
+                        f"if {local} != {code}: "
+                        + fail(
+                            lambda val, b, x=dtext, s=shown, vs=_vars_of(expr): f"{x}={val} violates {x} == {s}" + where(vs, b),
+                            local,
+                        )
+                    )
+                    facts.add(f"_ptc_check({fdim} == {code})")
+                elif len(unknown) == 1 and solve_linear(expr, unknown[0]) is not None:
+                    (u,) = unknown
+                    a, b0 = solve_linear(expr, u)
+                    a_code, b_code = to_python(a, name), to_python(b0, name)
+                    shown = _display(expr)
+                    known = [v for v in _vars_of(expr) if v is not u]
+                    check.add(f"_ptc_a = {a_code}")
+                    check.add(f"_ptc_r = {local} - {b_code}")
+                    check.add(
+                        "if _ptc_a == 0 or _ptc_r % _ptc_a != 0: "
+                        + fail(
+                            lambda val, b, x=dtext, s=shown, u=u, vs=known: f"{x}={val} violates {x} == {s}: no integer {u.name} gives {val}"
+                            + where(vs, b),
+                            local,
+                        )
+                    )
+                    v = var_name[u]
+                    bound[u] = None
+                    self.sources[u] = f"{dtext} == {shown}"
+                    check.add(f"{v} = _ptc_r // _ptc_a")
+                    cond = f"{u.min} <= {v}" + (f" <= {u.max}" if u.max is not None else "")
+                    check.add(
+                        f"if not ({cond}): "
+                        + fail(lambda val, b, u=u, x=dtext, s=shown: f"{u.name}={val} (from {x} == {s}) violates {u.range_text()}", v)
+                    )
+                    facts.add(f"_ptc_check(({fdim} - {b_code}) % {a_code} == 0)")
+                    facts.add(f"{v} = ({fdim} - {b_code}) // {a_code}")
+                    _range_facts(facts, v, u)
+                else:
+                    continue
+                pending.remove(item)
+                progress = True
+        if pending:
+            _, _, dtext, expr = pending[0]
+            unknown = [v.name for v in _vars_of(expr) if v not in bound]
+            raise SpecError(
+                f"{dtext} == {_display(expr)}: ptc cannot solve for {', '.join(unknown)}; bind "
+                f"{'it' if len(unknown) == 1 else 'them'} as a bare dim somewhere (e.g. tensor({unknown[0]}, ...)) "
+                "or use an expression linear in one unknown"
+            )
+
+        # 3. assumptions
+        for k, assumption in enumerate(self.spec.assumptions):
+            missing = [v.name for v in _vars_of(assumption) if v not in bound]
+            if missing:
+                raise SpecError(
+                    f"assumptions[{k}] {_display(assumption)} uses {', '.join(missing)}, "
+                    "which no input of the spec binds"
+                )
+            code = to_python(assumption, lambda s: var_name[s])
+            shown = _display(assumption)
+            check.add(
+                f"if not ({code}): "
+                + fail(
+                    lambda val, b, s=shown, vs=_vars_of(assumption): f"assumption {s} does not hold" + where(vs, b),
+                    "None",
+                )
+            )
+            facts.add(f"_ptc_check({code})")
+
+        # 4. parameters the spec does not mention
+        if self.spec.unspecified == "error":
+            for p in self.unmentioned:
+                check.add(f"_ptc_no_tensors({p}, {p!r})")
+        unmentioned = ", ".join(self.unmentioned)
+        check.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''}), ({unmentioned}{',' if self.unmentioned else ''})")
+        facts.add(f"return _ptc_fn({call_src})")
+        leaves = _Lines()
+        for line in facts.lines:
+            stripped = line.strip()
+            if stripped.startswith("_ptc_t") and " = " in stripped:
+                leaves.add(stripped)
+        leaves.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''})")
+
+        namespace = {
+            "_ptc_Tensor": torch.Tensor,
+            "_ptc_get": _get,
+            "_ptc_get_traced": _get_traced,
+            "_ptc_index": _index,
+            "_ptc_fail": self._fail,
+            "_ptc_no_tensors": _no_tensors,
+            "_ptc_check": torch._check,
+            "_ptc_fn": self.fn,
+            **defaults,
+        }
+        source = (
+            f"def _ptc_checker({sig_src}):\n{check.text()}\n\n"
+            f"def _ptc_facts({sig_src}):\n{facts.text()}\n\n"
+            f"def _ptc_leaves({sig_src}):\n{leaves.text()}\n"
+        )
+        filename = f"<ptc.specs {_name(self.fn)} #{next(_file_ids)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - generated from the spec
+        self.source = source
+        return namespace["_ptc_checker"], namespace["_ptc_facts"], namespace["_ptc_leaves"]
+
+    def _fail(self, k: int, value: Any, bindings: Dict[str, int]) -> None:
+        raise SpecViolation(self._fail_messages[k](value, bindings))
+
+
+def _range_facts(facts: "_Lines", v: str, d: Var) -> None:
+    if d.min > 0:
+        facts.add(f"_ptc_check({v} >= {d.min})")
+    if d.max is not None:
+        facts.add(f"_ptc_check({v} <= {d.max})")
+
+
+def _action(vs: Sequence[Var], lower: int) -> str:
+    kinds = {v.shape_kind for v in vs}
+    if "unbacked" in kinds:
+        return "unbacked"
+    if "backed" in kinds:
+        return "dynamic" if lower >= 2 else "maybe"
+    return "auto"
+
+
+def _lower_bound(expr) -> int:
+    """A lower bound for ``expr`` over its variables' ranges (0 when unknown)."""
+    expr = sympy.expand(expr)
+    if all(c > 0 for c in expr.as_coefficients_dict().values()) and not expr.atoms(
+        sympy.floor, sympy.ceiling, sympy.Mod, sympy.Max, sympy.Min
+    ):
+        value = expr.subs({v: v.min for v in _vars_of(expr)})
+        if value.is_Integer:
+            return int(value)
+    return 0
+
+
+class _Lines:
+    def __init__(self) -> None:
+        self.lines: List[str] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) if self.lines else "    pass"
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _signature_source(sig: inspect.Signature) -> Tuple[str, str, Dict[str, Any]]:
+    """(parameter list source, forwarding call source, default values namespace)."""
+    params, call, defaults = [], [], {}
+    saw_kw_marker = False
+    positional_only = False
+    for i, (name, p) in enumerate(sig.parameters.items()):
+        if p.kind is p.POSITIONAL_ONLY:
+            positional_only = True
+        elif positional_only:
+            params.append("/")
+            positional_only = False
+        if p.kind is p.KEYWORD_ONLY and not saw_kw_marker:
+            params.append("*")
+            saw_kw_marker = True
+        default = ""
+        if p.default is not p.empty:
+            defaults[f"_ptc_default{i}"] = p.default
+            default = f"=_ptc_default{i}"
+        if p.kind is p.VAR_POSITIONAL:
+            params.append(f"*{name}")
+            call.append(f"*{name}")
+            saw_kw_marker = True
+        elif p.kind is p.VAR_KEYWORD:
+            params.append(f"**{name}")
+            call.append(f"**{name}")
+        elif p.kind is p.KEYWORD_ONLY:
+            params.append(f"{name}{default}")
+            call.append(f"{name}={name}")
+        else:
+            params.append(f"{name}{default}")
+            call.append(name)
+    if positional_only:
+        params.append("/")
+    return ", ".join(params), ", ".join(call), defaults

@@ -1,0 +1,220 @@
+"""From a bound spec to what each consumer needs.
+
+* ``torch.compile``: ``mark_dynamic`` / ``mark_unbacked`` / ``maybe_mark_dynamic``
+  / ``mark_static`` on the real tensors of the call, applied just before the
+  compiled frame runs and removed right after (so they never leak to other
+  functions that later see the same tensors); the facts function states the
+  relations inside the graph.
+* ``torch.export``: a ``dynamic_shapes`` structure (one ``Dim`` per variable
+  with its range, derived ``Dim``s for increasing linear expressions,
+  ``Dim.AUTO`` for the rest), exported with deferred runtime asserts so the
+  relations ``Dim`` cannot express become assertions in the graph.
+* torch 2.14's native ``ShapesSpec``, where that torch has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping as MappingABC
+from typing import Any, Dict, List, Sequence
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from ptc import _compat
+from ptc.errors import FeatureUnavailable, SpecError
+from ptc.specs.binding import BoundSpec
+from ptc.specs.expr import solve_linear, to_python
+from ptc.specs.spec import Leaf, TensorSpec, _vars_of
+from ptc.specs.variables import STATIC, Var
+
+__all__ = ["apply_marks", "restore_marks", "dynamic_shapes", "to_native"]
+
+
+def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[Any]) -> List[tuple]:
+    """Mark the call's tensors for Dynamo; returns what ``restore_marks`` needs."""
+    from torch._dynamo import decorators as d
+
+    touched: Dict[int, tuple] = {}
+
+    def remember(t: torch.Tensor) -> None:
+        if id(t) not in touched:
+            saved = {k: _copy(v) for k, v in vars(t).items() if k.startswith("_dynamo_")}
+            touched[id(t)] = (t, saved)
+
+    for leaf_index, dim, action in bound.marks:
+        if action == "auto":
+            continue
+        t = tensors[leaf_index]
+        remember(t)
+        if action == "unbacked":
+            d.mark_unbacked(t, dim)
+        elif action == "dynamic":
+            d.mark_dynamic(t, dim)
+        elif action == "maybe":
+            d.maybe_mark_dynamic(t, dim)
+        else:
+            d.mark_static(t, dim)
+    if bound.spec.unspecified == "static":
+        for t in pytree.tree_leaves(list(unmentioned)):
+            if isinstance(t, torch.Tensor):
+                remember(t)
+                for dim in range(t.dim()):
+                    d.mark_static(t, dim)
+    return list(touched.values())
+
+
+def restore_marks(touched: List[tuple]) -> None:
+    """Put back the Dynamo marks the tensors had before ``apply_marks``."""
+    for t, saved in touched:
+        for k in [k for k in vars(t) if k.startswith("_dynamo_")]:
+            delattr(t, k)
+        for k, v in saved.items():
+            setattr(t, k, v)
+
+
+def _copy(value: Any) -> Any:
+    return value.copy() if isinstance(value, (set, dict, list)) else value
+
+
+# --- export ---------------------------------------------------------------------
+
+
+def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any], *, skip_first: bool = False) -> Dict[str, Any]:
+    """``dynamic_shapes`` for ``torch.export.export`` from the spec and one example call.
+
+    Keyed by parameter name (the form export reads for any signature). Tensors in
+    parameters the spec does not mention are static, or ``Dim.AUTO`` in every
+    dim under ``unspecified="auto"``.
+    """
+    from torch.export import Dim
+
+    sig = bound.signature
+    bound_args = sig.bind(*args, **kwargs)
+    bound_args.apply_defaults()
+    dims: Dict[Var, Any] = {}
+    used_names: Dict[str, int] = {}
+
+    def dim_of(v: Var) -> Any:
+        if v not in dims:
+            if v.max is not None and v.max == v.min:
+                dims[v] = v.min
+            else:
+                name = v.name
+                used_names[name] = used_names.get(name, 0) + 1
+                if used_names[name] > 1:
+                    name = f"{name}_{v.uid}"
+                bounds = {"min": v.min}
+                if v.max is not None:
+                    bounds["max"] = v.max
+                dims[v] = Dim(name, **bounds)
+        return dims[v]
+
+    def dim_spec(d: Any) -> Any:
+        if d is STATIC or isinstance(d, int):
+            return None
+        if isinstance(d, Var):
+            return dim_of(d)
+        vs = _vars_of(d)
+        if len(vs) == 1:
+            linear = solve_linear(d, vs[0])
+            if linear is not None:
+                a, b = linear
+                if a.is_Integer and b.is_Integer and a > 0:
+                    root = dim_of(vs[0])
+                    if isinstance(root, int):
+                        return None
+                    return int(a) * root + int(b) if int(b) else int(a) * root
+        return Dim.AUTO
+
+    leaf_of: Dict[tuple, Leaf] = {
+        (bound.key_to_param[leaf.param], leaf.steps): leaf for leaf in bound.leaves
+    }
+    auto = bound.spec.unspecified == "auto"
+
+    def mirror(value: Any, param: str, steps: tuple) -> Any:
+        leaf = leaf_of.get((param, steps))
+        if leaf is not None:
+            if isinstance(leaf.spec, TensorSpec):
+                spec = {j: dim_spec(d) for j, d in enumerate(leaf.spec.dims)}
+                spec = {j: s for j, s in spec.items() if s is not None}
+                return spec or None
+            return None  # scalar ints are constants in export
+        if isinstance(value, torch.Tensor):
+            return {j: Dim.AUTO for j in range(value.dim())} if auto and value.dim() else None
+        if isinstance(value, MappingABC):
+            return {k: mirror(v, param, steps + (("key", k),)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(mirror(v, param, steps + (("index", i),)) for i, v in enumerate(value))
+        return None
+
+    # Leaf.steps hold Step objects; compare on (kind, key) pairs
+    leaf_of = {(p, tuple((s.kind, s.key) for s in steps)): leaf for (p, steps), leaf in leaf_of.items()}
+    names = list(sig.parameters)[1:] if skip_first else list(sig.parameters)
+    shapes = {}
+    for name in names:
+        value = bound_args.arguments.get(name)
+        p = sig.parameters[name]
+        if p.kind is p.VAR_KEYWORD:
+            shapes[name] = {k: mirror(v, name, (("key", k),)) for k, v in (value or {}).items()}
+        elif p.kind is p.VAR_POSITIONAL:
+            shapes[name] = tuple(mirror(v, name, (("index", i),)) for i, v in enumerate(value or ()))
+        else:
+            shapes[name] = mirror(value, name, ())
+    return shapes
+
+
+# --- torch 2.14's native ShapesSpec -------------------------------------------------
+
+
+def to_native(bound_or_spec: Any) -> Any:
+    """The spec as torch's own ``ShapesSpec`` (torch 2.14+).
+
+    torch's spec is unbacked-only and binds by parameter name, so kinds and the
+    ``unspecified`` policy do not carry over; ranges, expressions and
+    assumptions do.
+    """
+    if not _compat.NATIVE_SHAPES_SPEC or not _compat.NATIVE_DYNAMIC_SPEC_DECORATOR:
+        raise FeatureUnavailable(
+            "to_native: this torch has no native ShapesSpec with dynamic_spec support "
+            "(needs the NATIVE_DYNAMIC_SPEC_DECORATOR feature, torch 2.14+)",
+            requirement="NATIVE_DYNAMIC_SPEC_DECORATOR",
+        )
+    from torch.fx.experimental import dynamic_spec as native
+
+    spec = bound_or_spec.spec if isinstance(bound_or_spec, BoundSpec) else bound_or_spec
+    tensor_vars = {v for leaf in spec.leaves if isinstance(leaf.spec, TensorSpec) for d in leaf.spec.dims for v in _vars_of(d)}
+    natives: Dict[Var, Any] = {}
+    for v in spec.vars:
+        cls = native.ShapeVar if v in tensor_vars else native.IntVar
+        kwargs = {"min": v.min, "max": v.max}
+        if v.hint is not None:
+            kwargs["optimization_hint"] = v.hint
+        natives[v] = cls(v.name, **kwargs)
+
+    def value(expr: Any) -> Any:
+        code = to_python(expr, lambda s: f"V[{s.uid}]")
+        return eval(code, {"V": {v.uid: n for v, n in natives.items()}, "max": max, "min": min})  # noqa: S307
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, TensorSpec):
+            return native.TensorSpec([native.STATIC if d is STATIC else (d if isinstance(d, int) else value(d)) for d in node.dims])
+        if isinstance(node, (Var, sympy.Expr)) and not isinstance(node, bool):
+            return value(node)
+        if isinstance(node, int):
+            return node
+        if isinstance(node, MappingABC):
+            return native.DictSpec({k: convert(v) for k, v in node.items()})
+        if isinstance(node, (list, tuple)):
+            return native.SeqSpec([convert(v) for v in node])
+        raise SpecError(f"to_native: cannot convert {node!r}")
+
+    params = {}
+    for key, node in spec.params.items():
+        if key == "**kwargs":
+            params[key] = {k: convert(v) for k, v in node.items()}
+        elif key == "*args":
+            params[key] = [convert(v) for v in node]
+        else:
+            params[key] = convert(node)
+    return native.ShapesSpec(native.ParamsSpec(params), assumptions=[value(a) for a in spec.assumptions])
