@@ -105,6 +105,19 @@ def dynamo_callback_getter():
     return eval_frame.get_eval_frame_callback
 
 
+def size_oblivious_tracing():
+    """A context in which tracers treat backed sizes without assuming they are >= 2
+    (torch.fx.experimental._config.backed_size_oblivious), so an exported program
+    accepts sizes 0 and 1 when its ranges do."""
+    import contextlib
+
+    import torch.fx.experimental._config as fx_config
+
+    if not hasattr(fx_config, "backed_size_oblivious"):
+        return contextlib.nullcontext()
+    return fx_config.patch(backed_size_oblivious=True)
+
+
 # --- shape specs ------------------------------------------------------------
 
 

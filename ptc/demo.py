@@ -24,6 +24,7 @@ class Section(NamedTuple):
 
 SECTIONS: Dict[str, Section] = {
     "env": Section("what this install can do", "ptc._env:demo"),
+    "specs": Section("one shape spec for compile, export and checks", "ptc.specs.demo:main"),
     "switch": Section("N-way switch lowered to a torch.cond tree", "ptc.control_flow.demo:main"),
 }
 

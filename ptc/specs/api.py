@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
@@ -11,7 +12,7 @@ import torch
 from ptc import _compat
 from ptc.errors import PtcTypeError, SpecError
 from ptc.specs.binding import BoundSpec
-from ptc.specs.lowering import apply_marks, dynamic_shapes, restore_marks, to_native
+from ptc.specs.lowering import apply_marks, dynamic_shapes, needs_runtime_asserts, restore_marks, to_native
 from ptc.specs.spec import Spec
 
 __all__ = ["dynamic_spec", "export", "spec_of", "check"]
@@ -228,27 +229,31 @@ def export(
     """``torch.export.export`` with the spec of ``obj`` (a decorated function or module).
 
     The example call is checked against the spec first. Variables become
-    ``Dim``s with their ranges (``range_constraints`` shows them); relations
-    ``Dim`` cannot express (``B*H``, ``T // 2``, divisibility, ``B <= T``)
-    become runtime assertions in the graph. The program saves and loads with
+    ``Dim``s with their ranges (``range_constraints`` shows them), ``T`` with
+    ``Eq(T % 8, 0)`` becomes ``8*T_over_8``; relations ``Dim`` cannot express
+    (``B*H``, ``T // 2``, ``B <= T``) become runtime assertions in the graph
+    (export then turns the model's own shape guards into assertions too). The program saves and loads with
     ``torch.export.save``/``load``. Scalar int arguments are constants, as in
-    torch.export.
+    torch.export. When a variable's range admits 0 or 1, the export traces
+    size-obliviously, so the program accepts those sizes too.
     """
     bound = _require_spec(obj)
     kwargs = dict(kwargs or {})
     check(obj, *args, **kwargs)
     shapes = export_dynamic_shapes(obj, args, kwargs)
     module = obj if isinstance(obj, torch.nn.Module) else _function_module(obj, bound)
+    small_sizes = any(v.min <= 1 for v in bound.spec.vars)
     _EXPORTING_WITH_SPEC[0] = True
     try:
-        return torch.export.export(
-            module,
-            tuple(args),
-            kwargs,
-            dynamic_shapes=shapes,
-            strict=strict,
-            prefer_deferred_runtime_asserts_over_guards=True,
-        )
+        with _compat.size_oblivious_tracing() if small_sizes else contextlib.nullcontext():
+            return torch.export.export(
+                module,
+                tuple(args),
+                kwargs,
+                dynamic_shapes=shapes,
+                strict=strict,
+                prefer_deferred_runtime_asserts_over_guards=needs_runtime_asserts(bound),
+            )
     finally:
         _EXPORTING_WITH_SPEC[0] = False
 

@@ -28,7 +28,7 @@ from ptc.specs.expr import solve_linear, to_python
 from ptc.specs.spec import Leaf, TensorSpec, _vars_of
 from ptc.specs.variables import STATIC, Var
 
-__all__ = ["apply_marks", "restore_marks", "dynamic_shapes", "to_native"]
+__all__ = ["apply_marks", "restore_marks", "dynamic_shapes", "needs_runtime_asserts", "to_native"]
 
 
 def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[Any]) -> List[tuple]:
@@ -80,12 +80,68 @@ def _copy(value: Any) -> Any:
 # --- export ---------------------------------------------------------------------
 
 
+def _bounds(expr: Any):
+    """``(lowest, highest or None)`` of ``expr`` over its variables' ranges.
+
+    Exact for expressions increasing in every variable (positive coefficients;
+    floor and ceiling of such); ``(0, None)`` otherwise.
+    """
+    vs = _vars_of(expr)
+    inner = sympy.expand(expr.replace(sympy.floor, lambda a: a).replace(sympy.ceiling, lambda a: a))
+    increasing = (
+        not expr.atoms(sympy.Mod, sympy.Max, sympy.Min)
+        and all(c > 0 for c in inner.as_coefficients_dict().values())
+    )
+    if not increasing:
+        return 0, None
+    lo = expr.subs({v: v.min for v in vs})
+    hi = expr.subs({v: v.max for v in vs}) if all(v.max is not None for v in vs) else None
+    return max(int(lo), 0), (int(hi) if hi is not None else None)
+
+
+def divisors(bound: BoundSpec) -> Dict[Var, int]:
+    """Variables with an ``Eq(V % k, 0)`` assumption, and their k."""
+    out: Dict[Var, int] = {}
+    for a in bound.spec.assumptions:
+        if isinstance(a, sympy.Eq) and a.rhs == 0 and isinstance(a.lhs, sympy.Mod):
+            v, k = a.lhs.args
+            if isinstance(v, Var) and k.is_Integer and int(k) > 1:
+                out[v] = int(k)
+    return out
+
+
+def needs_runtime_asserts(bound: BoundSpec) -> bool:
+    """Does the spec hold relations export's ``Dim`` cannot express?
+
+    Those (``B*H``, ``T // 2``, ``B <= T``, divisibility of an expression) are
+    stated as ``torch._check`` facts, which export must turn into runtime
+    assertions rather than guards.
+    """
+    handled = set()
+    for v, k in divisors(bound).items():
+        handled.add(sympy.Eq(sympy.Mod(v, k), 0))
+    if any(a not in handled for a in bound.spec.assumptions):
+        return True
+    for leaf in bound.leaves:
+        dims = leaf.spec.dims if isinstance(leaf.spec, TensorSpec) else ()
+        for d in dims:
+            if d is STATIC or isinstance(d, (int, Var)):
+                continue
+            vs = _vars_of(d)
+            linear = solve_linear(d, vs[0]) if len(vs) == 1 else None
+            if linear is None or not (linear[0].is_Integer and linear[1].is_Integer and linear[0] > 0):
+                return True
+    return False
+
+
 def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any], *, skip_first: bool = False) -> Dict[str, Any]:
     """``dynamic_shapes`` for ``torch.export.export`` from the spec and one example call.
 
-    Keyed by parameter name (the form export reads for any signature). Tensors in
-    parameters the spec does not mention are static, or ``Dim.AUTO`` in every
-    dim under ``unspecified="auto"``.
+    Keyed by parameter name (the form export reads for any signature). A
+    variable with a divisibility assumption ``Eq(V % k, 0)`` becomes ``k*V_``
+    over a phantom root ``V_``, so export knows the divisibility exactly.
+    Tensors in parameters the spec does not mention are static, or
+    ``Dim.AUTO`` in every dim under ``unspecified="auto"``.
     """
     from torch.export import Dim
 
@@ -94,20 +150,28 @@ def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any]
     bound_args.apply_defaults()
     dims: Dict[Var, Any] = {}
     used_names: Dict[str, int] = {}
+    multiple_of = divisors(bound)
+
+    def fresh(name: str, **bounds: Any) -> Any:
+        used_names[name] = used_names.get(name, 0) + 1
+        if used_names[name] > 1:
+            name = f"{name}_{used_names[name]}"
+        return Dim(name, **bounds)
 
     def dim_of(v: Var) -> Any:
         if v not in dims:
             if v.max is not None and v.max == v.min:
                 dims[v] = v.min
+            elif v in multiple_of:
+                k = multiple_of[v]
+                lo, hi = -(-v.min // k), (v.max // k if v.max is not None else None)
+                bounds = {"min": lo} if hi is None else {"min": lo, "max": hi}
+                dims[v] = k * fresh(f"{v.name}_over_{k}", **bounds)
             else:
-                name = v.name
-                used_names[name] = used_names.get(name, 0) + 1
-                if used_names[name] > 1:
-                    name = f"{name}_{v.uid}"
                 bounds = {"min": v.min}
                 if v.max is not None:
                     bounds["max"] = v.max
-                dims[v] = Dim(name, **bounds)
+                dims[v] = fresh(v.name, **bounds)
         return dims[v]
 
     def dim_spec(d: Any) -> Any:
@@ -125,7 +189,11 @@ def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any]
                     if isinstance(root, int):
                         return None
                     return int(a) * root + int(b) if int(b) else int(a) * root
-        return Dim.AUTO
+        lo, hi = _bounds(d)
+        bounds = {"min": lo} if hi is None else {"min": lo, "max": hi}
+        if hi is not None and hi == lo:
+            return None
+        return fresh("_".join(v.name for v in vs) + "_expr", **bounds)
 
     leaf_of: Dict[tuple, Leaf] = {
         (bound.key_to_param[leaf.param], leaf.steps): leaf for leaf in bound.leaves
