@@ -379,7 +379,8 @@ def _action(vs: Sequence[Var], lower: int) -> str:
     if "unbacked" in kinds:
         return "unbacked"
     if "backed" in kinds:
-        return "dynamic" if lower >= 2 else "maybe"
+        # torch specialises backed sizes 0 and 1; mark_dynamic would then be an error
+        return "dynamic" if lower >= 2 and all(v.min >= 2 for v in vs) else "maybe"
     return "auto"
 
 
