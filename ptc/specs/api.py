@@ -164,7 +164,7 @@ def _refuse_static_export(bound: BoundSpec, args, kwargs) -> None:
     export a static program; say how to export with the spec instead."""
     if not torch.compiler.is_exporting() or _EXPORTING_WITH_SPEC[0]:
         return
-    has_vars = any(m[2] != "static" for m in bound.marks)
+    has_vars = any(action != "static" for _, _, action, _ in bound.marks)
     sizes = [s for t in bound.traced_leaves(*args, **kwargs) if isinstance(t, torch.Tensor) for s in t.shape]
     if not has_vars or any(isinstance(s, torch.SymInt) for s in sizes):
         return

@@ -32,13 +32,9 @@ from ptc.specs.expr import solve_linear, to_python
 from ptc.specs.spec import Leaf, Spec, TensorSpec, _vars_of
 from ptc.specs.variables import STATIC, Var
 
-__all__ = ["BoundSpec", "MarkPlan"]
+__all__ = ["BoundSpec"]
 
 _file_ids = itertools.count()
-
-
-class MarkPlan(tuple):
-    """``(leaf_index, dim, action)``; action in unbacked | dynamic | maybe | static."""
 
 
 def _display(expr) -> str:
@@ -104,7 +100,8 @@ class BoundSpec:
         self.key_to_param = self._resolve_keys(self_param)
         self.leaves: List[Leaf] = spec.leaves
         self.sources: Dict[Var, str] = {}  # var -> where it is bound ("x.shape[0]")
-        self.marks: List[Tuple[int, int, str]] = []
+        # (tensor leaf index, dim, unbacked | dynamic | maybe | static | auto, hint or None)
+        self.marks: List[Tuple[int, int, str, Optional[int]]] = []
         self._fail_messages: List[Callable[[Any, Dict[str, int]], str]] = []
         self.unmentioned = [
             p
@@ -219,19 +216,19 @@ class BoundSpec:
                 for j, d in enumerate(dims):
                     dim, fdim, dtext = f"_ptc_s{i}[{j}]", f"{t}.shape[{j}]", f"{text}.shape[{j}]"
                     if d is STATIC:
-                        self.marks.append((len(tensor_locals) - 1, j, "static"))
+                        self.marks.append((len(tensor_locals) - 1, j, "static", None))
                     elif isinstance(d, int):
-                        self.marks.append((len(tensor_locals) - 1, j, "static"))
+                        self.marks.append((len(tensor_locals) - 1, j, "static", None))
                         check.add(
                             f"if {dim} != {d}: "
                             + fail(lambda val, b, x=dtext, d=d: f"{x}={val} violates {x} == {d}", dim)
                         )
                         facts.add(f"_ptc_check({fdim} == {d})")
                     elif isinstance(d, Var):
-                        self.marks.append((len(tensor_locals) - 1, j, _action([d], d.min)))
+                        self.marks.append((len(tensor_locals) - 1, j, _action([d], d.min), d.hint))
                         bind_or_compare(dim, fdim, dtext, d)
                     else:
-                        self.marks.append((len(tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d))))
+                        self.marks.append((len(tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d)), None))
                         local = f"_ptc_d{i}_{j}"
                         check.add(f"{local} = {dim}")
                         pending.append((local, fdim, dtext, d))

@@ -42,15 +42,16 @@ def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[
             saved = {k: _copy(v) for k, v in vars(t).items() if k.startswith("_dynamo_")}
             touched[id(t)] = (t, saved)
 
-    for leaf_index, dim, action in bound.marks:
+    for leaf_index, dim, action, hint in bound.marks:
         if action == "auto":
             continue
         t = tensors[leaf_index]
         remember(t)
+        hinted = {} if hint is None else {"hint_override": hint}
         if action == "unbacked":
-            d.mark_unbacked(t, dim)
+            d.mark_unbacked(t, dim, **hinted)
         elif action == "dynamic":
-            d.mark_dynamic(t, dim)
+            d.mark_dynamic(t, dim, **hinted)
         elif action == "maybe":
             d.maybe_mark_dynamic(t, dim)
         else:
