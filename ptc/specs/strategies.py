@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import sympy
 import torch
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from ptc.errors import PtcTypeError, SpecViolation
 from ptc.specs.api import spec_of
 from ptc.specs.binding import BoundSpec
 from ptc.specs.expr import to_python
+from ptc.specs.lowering import divisors as lowering_divisors
 from ptc.specs.spec import TensorSpec, _vars_of
 from ptc.specs.variables import STATIC, Var
 
@@ -34,21 +34,10 @@ def _bound(obj: Any) -> BoundSpec:
     return bound
 
 
-def _divisors(bound: BoundSpec) -> Dict[Var, int]:
-    """Vars constrained by ``Eq(V % k, 0)`` assumptions, with their k."""
-    out: Dict[Var, int] = {}
-    for a in bound.spec.assumptions:
-        if isinstance(a, sympy.Eq) and a.rhs == 0 and isinstance(a.lhs, sympy.Mod):
-            v, k = a.lhs.args
-            if isinstance(v, Var) and k.is_Integer:
-                out[v] = int(k)
-    return out
-
-
 def bindings(obj: Any, *, max_size: int = 16) -> st.SearchStrategy:
     """Values for every variable that satisfy ranges, relations and assumptions."""
     bound = _bound(obj)
-    divisors = _divisors(bound)
+    divisors = lowering_divisors(bound)
     roots = list(bound.sources)  # every variable, each bound somewhere
 
     def one(v: Var) -> st.SearchStrategy:

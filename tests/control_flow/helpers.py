@@ -1,4 +1,8 @@
-"""Branch families shared by the control-flow tests."""
+"""Branch families and helpers shared by the control-flow tests."""
+
+import io
+
+import torch
 
 
 def affine_branches(n):
@@ -17,3 +21,11 @@ def reference(branches, index, *operands):
     return branches[index](*operands)
 
 
+
+
+def save_load(ep):
+    """``ep`` after a torch.export.save / load round trip through memory."""
+    buffer = io.BytesIO()
+    torch.export.save(ep, buffer)
+    buffer.seek(0)
+    return torch.export.load(buffer)

@@ -10,7 +10,7 @@ import ptc
 from ptc import _compat
 from ptc.control_flow import cond_depth, count_native_switch, lower_native_switch, switch
 
-from .helpers import reference
+from .helpers import reference, save_load
 
 BRANCHES = [lambda x: x.sin(), lambda x: x * 2, lambda x: x + 1, lambda x: x - 3, lambda x: -x]
 needs_native = pytest.mark.skipif(
@@ -24,11 +24,6 @@ def _native_switch():
     return native
 
 
-def _save_load(ep):
-    buffer = io.BytesIO()
-    torch.export.save(ep, buffer)
-    buffer.seek(0)
-    return torch.export.load(buffer)
 
 
 class UsesPtc(torch.nn.Module):
@@ -72,7 +67,7 @@ def test_native_switch_program_does_not_save_but_lowered_one_does():
     (size_range,) = lowered.range_constraints.values()
     assert (int(size_range.lower), int(size_range.upper)) == (2, 64)
 
-    loaded = _save_load(lowered)
+    loaded = save_load(lowered)
     x = torch.randn(9)  # a size the example did not have
     for i in range(-2, 8):
         assert torch.allclose(loaded.module()(torch.tensor(i), x), reference(BRANCHES, i, x))

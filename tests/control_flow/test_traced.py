@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import ptc
 from ptc.control_flow import cond_depth, fix_export_metadata, render_cond_tree, switch, tree_depth
 
-from .helpers import affine_branches, prefix_branches, reference
+from .helpers import affine_branches, prefix_branches, reference, save_load
 
 X = torch.arange(8.0) - 3.0
 NS = range(1, 10)
@@ -41,11 +41,6 @@ def _check(run, branches):
         assert got.shape == want.shape and torch.equal(got, want), f"index {i}"
 
 
-def _save_load(ep):
-    buffer = io.BytesIO()
-    torch.export.save(ep, buffer)
-    buffer.seek(0)
-    return torch.export.load(buffer)
 
 
 @pytest.mark.parametrize("n", NS)
@@ -62,7 +57,7 @@ def test_export_is_a_balanced_tree_and_round_trips(n, strict):
     ep = torch.export.export(_program(branches), (torch.tensor(0), X), strict=strict)
     assert cond_depth(ep.graph_module) == tree_depth(n)
     _check(ep.module(), branches)
-    _check(_save_load(ep).module(), branches)
+    _check(save_load(ep).module(), branches)
 
 
 @pytest.mark.parametrize("n", NS)
@@ -112,7 +107,7 @@ def test_differing_sizes_export_has_one_merged_size(n):
     bounds = ep.range_constraints[symbol]
     assert (int(bounds.lower), int(bounds.upper)) == (1, n)
     _check(ep.module(), branches)
-    _check(_save_load(ep).module(), branches)
+    _check(save_load(ep).module(), branches)
 
 
 @pytest.mark.parametrize("n", [3, 5])
@@ -120,7 +115,7 @@ def test_differing_sizes_strict_export_round_trips(n):
     branches = prefix_branches(n)
     ep = torch.export.export(_program(branches), (torch.tensor(0), X), strict=True)
     _check(ep.module(), branches)
-    _check(_save_load(fix_export_metadata(ep)).module(), branches)
+    _check(save_load(fix_export_metadata(ep)).module(), branches)
 
 
 def test_fix_export_metadata_repairs_torch_strict_nesting_bug():
@@ -145,7 +140,7 @@ def test_fix_export_metadata_repairs_torch_strict_nesting_bug():
     ep = torch.export.export(Nested(), (torch.tensor(1), X), strict=True)
     with pytest.raises(Exception, match="expected ty to be str"):
         torch.export.save(ep, io.BytesIO())
-    loaded = _save_load(fix_export_metadata(ep))
+    loaded = save_load(fix_export_metadata(ep))
     for i in range(5):
         assert torch.equal(loaded.module()(torch.tensor(i), X), X[: i + 1] * 2)
 

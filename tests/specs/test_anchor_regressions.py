@@ -6,14 +6,8 @@ import torch
 import ptc
 from ptc.specs import Var, dynamic_spec, tensor
 
+from .helpers import Graphs
 
-class Graphs:
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm
 
 
 @pytest.fixture(autouse=True)

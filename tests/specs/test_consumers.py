@@ -1,6 +1,5 @@
 """One spec, every consumer: torch.compile, torch.export (strict and non-strict), make_fx."""
 
-import io
 import re
 
 import expecttest
@@ -12,16 +11,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import ptc
 from ptc.specs import Var, dynamic_spec, export, export_dynamic_shapes, tensor
 
+from .helpers import Graphs, save_load
 
-class Graphs:
-    """A torch.compile backend that counts the graphs it is given."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm
 
 
 def make_model(kind):
@@ -133,11 +124,6 @@ def three_inputs(x, y, z):
 EXAMPLE = (torch.ones(4, 16, 3), torch.ones(8, 16), torch.ones(12))
 
 
-def _save_load(ep):
-    buffer = io.BytesIO()
-    torch.export.save(ep, buffer)
-    buffer.seek(0)
-    return torch.export.load(buffer)
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
@@ -146,7 +132,7 @@ def test_export_ranges_assertions_and_round_trip(strict):
     ranges = {str(k): (int(v.lower), int(v.upper)) for k, v in ep.range_constraints.items()}
     assert (1, 64) in ranges.values() and (1, 16) in ranges.values()
     assert (8, 4096) in ranges.values()
-    loaded = _save_load(ep)
+    loaded = save_load(ep)
     good = (torch.ones(2, 24, 5), torch.ones(4, 24), torch.ones(10))
     assert loaded.module()(*good).item() == three_inputs(*good).item()
     with pytest.raises(Exception, match="Mod"):  # T % 8 == 0: a runtime assertion
@@ -257,7 +243,7 @@ def test_exported_program_accepts_every_in_spec_size_including_one():
     def f(x, z):
         return x.reshape(-1) + z
 
-    program = _save_load(export(f, (torch.ones(3, 2), torch.ones(6)))).module()
+    program = save_load(export(f, (torch.ones(3, 2), torch.ones(6)))).module()
     for b, h in [(1, 1), (1, 2), (2, 1), (64, 8)]:
         assert program(torch.ones(b, h), torch.ones(b * h)).shape == (b * h,)
     with pytest.raises(Exception):
