@@ -1,0 +1,273 @@
+"""ptc.complex side by side with its anchors, in one process run.
+
+    python benchmarks/complex.py [--rounds 11] [--sample-ms 20] [--only a,c]
+
+Workloads (complex64; see ../shared/anchors/complex.md, section 2):
+
+  (a) abs(z*w + conj(z)*exp(1j*theta)), 2^20 elements
+  (b) A @ B, 256x256
+  (c) FFT convolution irfft(rfft(x) * rfft(k), n=4096), x, k float32 16x4096
+  (d) quantum step psi' = U diag(exp(-i E dt)) U^H psi, renormalised, n = 1024
+  (e) reductions z.sum(), z.mean(dim=1), z.abs().sum() on 1024x1024
+  (f) forward + backward of (z*w).abs().sum(), 2^18 elements
+
+Modes: eager; stock ``torch.compile`` (Inductor); torch's opt-in complex
+wrapper (``enable_complex_wrapper``, where this torch has it); ptc
+(``backend=ptc.complex.backend()``). One thread, every mode compiled first,
+then timed in interleaved rounds (each sample >= --sample-ms of repeated
+calls); the min over rounds is reported. For each compiled mode: graph breaks,
+ATen calls left in the generated code that are neither views nor library
+kernels ("fallbacks"), and the relative error vs eager.
+
+Goals vs eager (issue 5): (a) >= 20x, (b) >= 0.95x, (c) >= 0.8x, (d) >= 0.95x,
+(e) >= 2.5x, (f) >= 2x, geometric mean >= 2x; never slower than stock compile
+by more than 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+
+import torch
+
+import ptc.complex as pc
+from ptc import _compat
+
+GOALS = {"a": 20.0, "b": 0.95, "c": 0.8, "d": 0.95, "e": 2.5, "f": 2.0}
+
+
+# --- workloads --------------------------------------------------------------
+
+
+def wl_a():
+    g = torch.Generator().manual_seed(0)
+    n = 1 << 20
+    z = torch.randn(n, dtype=torch.complex64, generator=g)
+    w = torch.randn(n, dtype=torch.complex64, generator=g)
+    theta = torch.randn(n, generator=g)
+
+    def f(z, w, theta):
+        return torch.abs(z * w + torch.conj(z) * torch.exp(1j * theta))
+
+    return f, (z, w, theta), False
+
+
+def wl_b():
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(256, 256, dtype=torch.complex64, generator=g)
+    b = torch.randn(256, 256, dtype=torch.complex64, generator=g)
+    return (lambda a, b: a @ b), (a, b), False
+
+
+def wl_c():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(16, 4096, generator=g)
+    k = torch.randn(16, 4096, generator=g)
+
+    def f(x, k):
+        return torch.fft.irfft(torch.fft.rfft(x) * torch.fft.rfft(k), n=4096)
+
+    return f, (x, k), False
+
+
+def wl_d():
+    g = torch.Generator().manual_seed(3)
+    n = 1024
+    h = torch.randn(n, n, dtype=torch.complex64, generator=g)
+    h = h + h.mH
+    energies, u = torch.linalg.eigh(h)
+    u = u.contiguous()
+    uh = u.mH.contiguous()
+    psi = torch.randn(n, dtype=torch.complex64, generator=g)
+    psi = psi / torch.linalg.vector_norm(psi)
+    dt = 0.01
+
+    def f(u, uh, energies, psi):
+        phi = uh @ psi
+        phi = torch.exp(-1j * energies * dt) * phi
+        out = u @ phi
+        return out / torch.linalg.vector_norm(out)
+
+    return f, (u, uh, energies, psi), False
+
+
+def wl_e():
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(1024, 1024, dtype=torch.complex64, generator=g)
+
+    def f(z):
+        return z.sum(), z.mean(dim=1), z.abs().sum()
+
+    return f, (z,), False
+
+
+def wl_f():
+    g = torch.Generator().manual_seed(5)
+    n = 1 << 18
+    z = torch.randn(n, dtype=torch.complex64, generator=g, requires_grad=True)
+    w = torch.randn(n, dtype=torch.complex64, generator=g)
+
+    def f(z, w):
+        return (z * w).abs().sum()
+
+    return f, (z, w), True
+
+
+WORKLOADS = {
+    "a": ("elementwise chain ending in abs, 1M", wl_a),
+    "b": ("complex matmul 256x256", wl_b),
+    "c": ("FFT convolution 16x4096", wl_c),
+    "d": ("quantum step, 1024x1024 unitary", wl_d),
+    "e": ("reductions on 1024x1024", wl_e),
+    "f": ("fwd+bwd of (z*w).abs().sum(), 256K", wl_f),
+}
+
+
+# --- modes ------------------------------------------------------------------
+
+
+def make_modes():
+    modes = {"eager": None, "compile": "inductor"}
+    if _compat.NATIVE_COMPLEX_WRAPPER:
+        modes["wrapper"] = "wrapper"
+    modes["ptc"] = "ptc"
+    return modes
+
+
+def build(kind, f, grad):
+    """A zero-argument-style runner ``run(*args)`` for one mode (forward, or forward+backward)."""
+    if kind is None:
+        fn = f
+    elif kind == "ptc":
+        fn = torch.compile(f, backend=pc.backend())
+    else:
+        fn = torch.compile(f)
+    if not grad:
+        return fn
+
+    def step(z, w):
+        out = fn(z, w)
+        (gz,) = torch.autograd.grad(out, (z,))
+        return out.detach(), gz
+
+    return step
+
+
+def first_call(kind, run, args):
+    """Run once (this compiles), capturing Inductor's code; the wrapper mode compiles under its flag."""
+    import torch._functorch.config as fconfig
+
+    if kind is None:
+        return run(*args), []
+    if kind == "wrapper":
+        with fconfig.patch(enable_complex_wrapper=True):
+            return pc.generated_code(run, *args)
+    return pc.generated_code(run, *args)
+
+
+def graph_breaks(f, args):
+    explained = torch._dynamo.explain(f)(*args)
+    return explained.graph_count, explained.graph_break_count
+
+
+def rel_err(out, ref):
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    worst = 0.0
+    for o, r in zip(outs, refs):
+        o, r = o.detach(), r.detach()
+        scale = r.abs().max().item() or 1.0
+        worst = max(worst, (o - r).abs().max().item() / scale)
+    return worst
+
+
+def time_round(run, args, sample_ms):
+    """ms per call for one sample: repeat calls until at least ``sample_ms`` have passed."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        run(*args)
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed * 1e3 >= sample_ms:
+            return elapsed * 1e3 / calls
+
+
+# --- main -------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--sample-ms", type=float, default=20.0)
+    parser.add_argument("--only", default="", help="comma-separated workloads, e.g. a,c")
+    ns = parser.parse_args(argv)
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import torch._functorch.config as fconfig
+
+    fconfig.enable_autograd_cache = False  # the wrapper's artifacts must not be served to other modes
+    modes = make_modes()
+    names = [n for n in WORKLOADS if not ns.only or n in ns.only.split(",")]
+    print(f"torch {torch.__version__}, 1 thread, {ns.rounds} interleaved rounds of >= {ns.sample_ms:g} ms samples")
+    summary = {}
+    for name in names:
+        title, make = WORKLOADS[name]
+        f, args, grad = make()
+        torch._dynamo.reset()
+        ref = build(None, f, grad)(*args)
+        runs, info = {}, {}
+        for mode, kind in modes.items():
+            run = build(kind, f, grad)
+            try:
+                t0 = time.perf_counter()
+                out, codes = first_call(kind, run, args)
+                compile_s = time.perf_counter() - t0
+                run(*args)  # a second warm call (backward graphs, guards)
+            except Exception as e:  # noqa: BLE001 - a failing anchor is a result, not a crash
+                info[mode] = f"FAIL {type(e).__name__}: {str(e).splitlines()[0][:90]}"
+                continue
+            runs[mode] = run
+            if kind is None:
+                info[mode] = ""
+            else:
+                fbs = pc.complex_fallbacks(codes)
+                graphs, breaks = graph_breaks(f, args) if mode == "ptc" else ("", "")
+                gb = f"graphs {graphs} breaks {breaks}, " if mode == "ptc" else ""
+                info[mode] = (
+                    f"{gb}first call {compile_s:.1f} s, rel err {rel_err(out, ref):.1e}, "
+                    f"{len(fbs)} eager fallback calls{': ' + ', '.join(sorted(set(fbs))) if fbs else ''}"
+                )
+        best = {m: math.inf for m in runs}
+        for _ in range(ns.rounds):
+            for mode, run in runs.items():
+                best[mode] = min(best[mode], time_round(run, args, ns.sample_ms))
+        eager = best.get("eager", math.nan)
+        print(f"\n({name}) {title}")
+        for mode in modes:
+            if mode not in best:
+                print(f"  {mode:8} {info[mode]}")
+                continue
+            ms = best[mode]
+            print(f"  {mode:8} {ms:9.3f} ms  {eager / ms:7.2f}x eager   {info[mode]}")
+        if "ptc" in best:
+            vs_eager = eager / best["ptc"]
+            vs_compile = best["compile"] / best["ptc"] if "compile" in best else math.nan
+            summary[name] = (vs_eager, vs_compile)
+            verdict = "meets" if vs_eager >= GOALS[name] else "MISSES"
+            print(f"  ptc: {vs_eager:.2f}x eager (goal >= {GOALS[name]}x: {verdict}), {vs_compile:.2f}x stock compile"
+                  f"{'' if vs_compile >= 0.95 else ' (SLOWER than stock compile by more than 5%)'}")
+
+    if summary:
+        geo_e = math.exp(sum(math.log(v[0]) for v in summary.values()) / len(summary))
+        geo_c = math.exp(sum(math.log(v[1]) for v in summary.values()) / len(summary))
+        print("\nsummary (ptc speed-up):")
+        print("  " + "  ".join(f"({k}) {v[0]:.2f}x" for k, v in summary.items()))
+        print(f"  geometric mean over {len(summary)} workloads: {geo_e:.2f}x eager (goal >= 2x), {geo_c:.2f}x stock compile")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""``Pair``: a complex value carried as two real tensors while a graph is rewritten.
+
+A ``Pair(re, im)`` stands for the complex tensor ``re + 1j*im``. ``re`` and
+``im`` are real tensors of the same shape (float32 for complex64, float64 for
+complex128). A pair read from a complex tensor ``z`` is two strided views of
+``view_as_real(z)``: no copy, the original interleaved memory.
+
+A pair may also remember a complex tensor that already holds its values (its
+*source*: a graph input, the output of a library kernel such as ``mm`` or an
+FFT, or a view of one). ``Pair.complex()`` then returns that tensor instead of
+interleaving ``re``/``im`` into a new buffer, so library kernels and graph
+outputs cross the boundary without copies.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+aten = torch.ops.aten
+
+__all__ = ["Pair", "PAIRED_DTYPES", "real_dtype", "complex_dtype", "is_paired", "interleave"]
+
+#: complex dtypes rewritten into pairs; anything else (complex32) stays on ATen.
+PAIRED_DTYPES = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+_COMPLEX_OF = {v: k for k, v in PAIRED_DTYPES.items()}
+
+
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for complex64, float64 for complex128; real dtypes map to themselves."""
+    return PAIRED_DTYPES.get(dtype, dtype)
+
+
+def complex_dtype(dtype: torch.dtype) -> torch.dtype:
+    """complex64 for float32, complex128 for float64 (and for every other real dtype)."""
+    if dtype in PAIRED_DTYPES:
+        return dtype
+    return _COMPLEX_OF.get(dtype, torch.complex64 if dtype in (torch.float16, torch.bfloat16) else torch.complex128)
+
+
+def is_paired(value) -> bool:
+    """A tensor whose dtype the rewrite turns into a pair."""
+    return isinstance(value, torch.Tensor) and value.dtype in PAIRED_DTYPES
+
+
+class Pair:
+    """The complex tensor ``re + 1j*im`` as two real tensors (see the module docstring)."""
+
+    __slots__ = ("re", "im", "dtype", "_source", "imag_only")
+
+    def __init__(
+        self,
+        re: torch.Tensor,
+        im: torch.Tensor,
+        dtype: Optional[torch.dtype] = None,
+        source: Optional[Callable[[], torch.Tensor]] = None,
+    ) -> None:
+        if dtype is None:
+            dtype = complex_dtype(torch.promote_types(re.dtype, im.dtype))
+        rdt = real_dtype(dtype)
+        if re.dtype != rdt:
+            re = re.to(rdt)
+        if im.dtype != rdt:
+            im = im.to(rdt)
+        if re.shape != im.shape:
+            shape = torch.broadcast_shapes(re.shape, im.shape)
+            re, im = re.expand(shape), im.expand(shape)
+        self.re, self.im, self.dtype = re, im, dtype
+        self._source = source
+        self.imag_only = False  # re is exactly 0 where im is finite (theta * 1j), see rules._exp
+
+    # --- construction -------------------------------------------------------
+
+    @classmethod
+    def of(cls, z: torch.Tensor) -> "Pair":
+        """The pair reading ``z``'s own memory (``view_as_real``), with ``z`` as its source.
+
+        Conjugate and negative bits are honoured: ``view_as_real`` refuses a
+        conj-bit tensor, so the bit is stripped with a view and folded into the
+        signs of the two parts.
+        """
+        base, sign_re, sign_im = z, 1.0, 1.0
+        if z.is_conj():
+            base, sign_im = aten._conj(base), -sign_im
+        if base.is_neg():
+            base, sign_re, sign_im = aten._neg_view(base), -sign_re, -sign_im
+        planes = aten.view_as_real(base)
+        re, im = aten.select(planes, -1, 0), aten.select(planes, -1, 1)
+        if sign_re < 0:
+            re = aten.neg(re)
+        if sign_im < 0:
+            im = aten.neg(im)
+        return cls(re, im, z.dtype, source=lambda: z)
+
+    @classmethod
+    def constant(cls, value: complex, like: torch.Tensor, dtype: torch.dtype) -> "Pair":
+        """A 0-d pair holding the Python number ``value``."""
+        rdt = real_dtype(dtype)
+        value = complex(value)
+        re = torch.scalar_tensor(value.real, dtype=rdt, device=like.device)
+        im = torch.scalar_tensor(value.imag, dtype=rdt, device=like.device)
+        return cls(re, im, dtype)
+
+    @classmethod
+    def promote(cls, x, dtype: torch.dtype, like: Optional[torch.Tensor] = None) -> "Pair":
+        """``x`` (a Pair, a real tensor or a Python number) as a pair of complex ``dtype``."""
+        if isinstance(x, Pair):
+            if x.dtype == dtype:
+                return x
+            return cls(x.re, x.im, dtype)
+        if isinstance(x, torch.Tensor):
+            rdt = real_dtype(dtype)
+            re = x.to(rdt)
+            return cls(re, torch.zeros_like(re), dtype)
+        return cls.constant(x, like, dtype)
+
+    # --- properties ---------------------------------------------------------
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.re.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.re.device
+
+    @property
+    def ndim(self) -> int:
+        return self.re.dim()
+
+    @property
+    def has_source(self) -> bool:
+        return self._source is not None
+
+    def with_source(self, source: Optional[Callable[[], torch.Tensor]]) -> "Pair":
+        self._source = source
+        return self
+
+    # --- leaving pair form --------------------------------------------------
+
+    def complex(self, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """This value as an interleaved complex tensor.
+
+        The source when there is one (no copy). Otherwise ``re`` and ``im`` are
+        interleaved by one ``stack`` that Inductor fuses into the kernel that
+        computes them; with ``like`` the new tensor gets ``like``'s strides
+        (dense layouts only), so compiled outputs keep eager's memory format.
+        """
+        if self._source is not None:
+            z = self._source()
+            if z.dtype == self.dtype:
+                return z
+        perm = _dense_order(like) if like is not None else None
+        re, im = self.re, self.im
+        if perm is not None:
+            re, im = aten.permute(re, perm), aten.permute(im, perm)
+        z = aten.view_as_complex(interleave(re, im))
+        if perm is not None:
+            inverse = [0] * len(perm)
+            for i, p in enumerate(perm):
+                inverse[p] = i
+            z = aten.permute(z, inverse)
+        source = z
+        self._source = lambda: source
+        return z
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor], source_fn=None) -> "Pair":
+        """Apply a real, linear, layout-only ``fn`` to both parts (views, data movement).
+
+        ``source_fn`` (the same op on a complex tensor) keeps a view of the
+        source, so views of inputs stay views of inputs.
+        """
+        out = Pair(fn(self.re), fn(self.im), self.dtype)
+        if source_fn is not None and self._source is not None:
+            parent = self._source
+            out._source = lambda: source_fn(parent())
+        return out
+
+    def __repr__(self) -> str:
+        return f"Pair(shape={tuple(self.shape)}, dtype={self.dtype}, source={self._source is not None})"
+
+
+def interleave(re: torch.Tensor, im: torch.Tensor) -> torch.Tensor:
+    """``stack([re, im], -1)`` written as one pointwise ``where`` over the last (size-2) dim.
+
+    Inductor lowers ``stack`` as two strided stores into aliases of one buffer;
+    the ``where`` form is a single store through one pointer, which measured
+    ~30% faster for a complex multiply on the C++ backend.
+    """
+    lane = torch.arange(2, device=re.device)
+    return torch.where(lane == 0, re.unsqueeze(-1), im.unsqueeze(-1))
+
+
+def _dense_order(like: torch.Tensor) -> Optional[Sequence[int]]:
+    """The dim permutation that makes ``like`` contiguous, or None if it is contiguous or not dense."""
+    if like is None or like.dim() < 2:
+        return None
+    try:
+        if like.is_contiguous():
+            return None
+        sizes, strides = list(like.shape), list(like.stride())
+    except Exception:  # noqa: BLE001 - symbolic or odd layouts: use the default
+        return None
+    try:
+        order = sorted(range(len(sizes)), key=lambda d: (-int(strides[d]), -d))
+    except Exception:  # noqa: BLE001 - unbacked symbols cannot be ordered
+        return None
+    expected = 1
+    for d in reversed(order):
+        if int(sizes[d]) != 1 and int(strides[d]) != expected:
+            return None
+        expected *= int(sizes[d])
+    return order

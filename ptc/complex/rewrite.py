@@ -1,0 +1,276 @@
+"""The graph pass: an ATen graph with complex values in, the same function in real arithmetic out.
+
+It runs on each graph AOTAutograd hands to Inductor (forward, backward or
+inference; functional, already decomposed), before Inductor lowers it. The
+graph is re-traced with ``make_fx`` while an interpreter carries every complex
+value as a :class:`~ptc.complex.pair.Pair`:
+
+* complex graph inputs become two strided views of ``view_as_real(input)``:
+  the original interleaved memory, no copy (conj/neg bits folded into signs);
+* each complex op runs its rule from :mod:`ptc.complex.rules`, which emits
+  real ATen ops that Inductor fuses like any real code;
+* ops without a rule, library ops (GEMM, FFT, linalg) and ops that raise for
+  complex in eager run on their ATen kernel: pairs with a source pass the
+  source tensor itself, others are interleaved once, and complex results come
+  back as views;
+* complex graph outputs are the source tensor when there is one, else one
+  interleaving ``stack`` fused into the kernel that computes them, laid out
+  like the original output (strides, conj bit).
+
+The signature of the graph (inputs, outputs, dtypes, shapes) is unchanged.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+import torch.fx as fx
+import torch.fx.traceback as fx_traceback
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ptc.complex import rules as _rules
+from ptc.complex.pair import Pair, interleave, is_paired
+
+aten = torch.ops.aten
+
+__all__ = ["Report", "rewrite", "has_complex"]
+
+
+@dataclass
+class Report:
+    """What one rewrite did: ops rewritten, ops left on their ATen kernels."""
+
+    rewritten: collections.Counter = field(default_factory=collections.Counter)
+    library: collections.Counter = field(default_factory=collections.Counter)
+    fallback: collections.Counter = field(default_factory=collections.Counter)
+    graphs: int = 0
+
+    def merge(self, other: "Report") -> None:
+        self.rewritten.update(other.rewritten)
+        self.library.update(other.library)
+        self.fallback.update(other.fallback)
+        self.graphs += other.graphs
+
+    def __str__(self) -> str:
+        def fmt(c):
+            return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(c.items())) or "-"
+
+        return (
+            f"{self.graphs} graph(s); rewritten: {fmt(self.rewritten)}; "
+            f"library kernels: {fmt(self.library)}; ATen fallbacks: {fmt(self.fallback)}"
+        )
+
+
+def _name(op) -> str:
+    return str(op).replace("aten.", "", 1) if isinstance(op, torch._ops.OpOverload) else str(op)
+
+
+def has_complex(gm: fx.GraphModule) -> bool:
+    """Whether any value in ``gm`` is complex64/complex128 (or a Python complex constant is used)."""
+    for node in gm.graph.nodes:
+        leaves = pytree.tree_leaves(node.meta.get("val"))
+        if any(is_paired(v) for v in leaves):
+            return True
+        if node.op == "call_function" and any(isinstance(a, complex) for a in pytree.tree_leaves((node.args, node.kwargs))):
+            return True
+    return False
+
+
+_LIBRARY = set(_rules.LIBRARY)
+
+
+class _PairInterpreter(fx.Interpreter):
+    def __init__(self, gm: fx.GraphModule, report: Report) -> None:
+        super().__init__(gm, garbage_collect_values=False)
+        self.report = report
+        # tensors made by view_as_real(pair): id -> (tensor, pair); select/unbind/view_as_complex
+        # of them go straight back to the pair's parts
+        self._planes: Dict[int, Any] = {}
+        self._node: Optional[fx.Node] = None
+
+    def run_node(self, n: fx.Node) -> Any:
+        self._node = n
+        return super().run_node(n)
+
+    # --- inputs -------------------------------------------------------------
+
+    def placeholder(self, target, args, kwargs):
+        value = super().placeholder(target, args, kwargs)
+        return Pair.of(value) if is_paired(value) else value
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        return Pair.of(value) if is_paired(value) else value
+
+    # --- ops ----------------------------------------------------------------
+
+    def _planes_of(self, value):
+        if isinstance(value, torch.Tensor):
+            hit = self._planes.get(id(value))
+            if hit is not None and hit[0] is value:
+                return hit[1]
+        return None
+
+    def call_function(self, target, args, kwargs):
+        if not isinstance(target, torch._ops.OpOverload):
+            return target(*args, **kwargs)
+        shortcut = self._plane_shortcut(target, args, kwargs)
+        if shortcut is not None:
+            return shortcut
+        leaves = pytree.tree_leaves((args, kwargs))
+        out_meta = self._node.meta.get("val") if self._node is not None else None
+        involved = (
+            any(isinstance(x, Pair) for x in leaves)
+            or any(isinstance(x, complex) for x in leaves)
+            or any(is_paired(v) for v in pytree.tree_leaves(out_meta))
+        )
+        if not involved:
+            return target(*args, **kwargs)
+        name = _name(target)
+        args = self._numbers_as_tensors(target, args, out_meta)
+        if target in _LIBRARY:
+            self.report.library[name] += 1
+            return self._aten(target, args, kwargs)
+        if target is aten.view_as_real.default and isinstance(args[0], Pair):
+            self.report.rewritten[name] += 1
+            return self._view_as_real(args[0])
+        r = _rules.lookup(target)
+        if r is not None:
+            result = r.fn(_rules.Ctx(target, out_meta), *args, **kwargs)
+            if result is not NotImplemented:
+                self.report.rewritten[name] += 1
+                return result
+        self.report.fallback[name] += 1
+        return self._aten(target, args, kwargs)
+
+    @staticmethod
+    def _numbers_as_tensors(target, args, out_meta):
+        """Python complex numbers the graph passes where the schema wants a Tensor, as 0-d pairs.
+
+        (Autograd's ``mul`` backward emits ``_conj(1j)`` for a complex scalar operand.)
+        """
+        schema_args = target._schema.arguments
+        fixed = None
+        for i, value in enumerate(args):
+            if isinstance(value, complex) and i < len(schema_args) and str(schema_args[i].type) == "Tensor":
+                dtype = out_meta.dtype if is_paired(out_meta) else torch.complex64
+                device = out_meta.device if isinstance(out_meta, torch.Tensor) else torch.device("cpu")
+                fixed = list(args) if fixed is None else fixed
+                fixed[i] = Pair.constant(value, torch.empty(0, device=device), dtype)
+        return tuple(fixed) if fixed is not None else args
+
+    def _view_as_real(self, pair: Pair) -> torch.Tensor:
+        planes = None
+        if pair.has_source:
+            z = pair.complex()
+            if not z.is_conj() and not z.is_neg():
+                planes = aten.view_as_real(z)
+        if planes is None:
+            planes = interleave(pair.re, pair.im)
+        self._planes[id(planes)] = (planes, pair)
+        return planes
+
+    def _plane_shortcut(self, target, args, kwargs):
+        if not args:
+            return None
+        pair = self._planes_of(args[0])
+        if pair is None:
+            return None
+        planes = args[0]
+        last = planes.dim() - 1
+        if target is aten.select.int and args[1] in (-1, last) and args[2] in (0, 1, -1, -2):
+            return pair.re if args[2] in (0, -2) else pair.im
+        if target is aten.unbind.int and len(args) > 1 and args[1] in (-1, last):
+            return [pair.re, pair.im]
+        if target is aten.view_as_complex.default:
+            return pair
+        return None
+
+    def _aten(self, target, args, kwargs):
+        """Run ``target`` on its ATen kernel: pairs in as complex tensors, complex results out as pairs."""
+
+        def to_complex(x):
+            return x.complex() if isinstance(x, Pair) else x
+
+        args, kwargs = pytree.tree_map(to_complex, (args, kwargs))
+        result = target(*args, **kwargs)
+        return pytree.tree_map(lambda v: Pair.of(v) if is_paired(v) else v, result)
+
+    # --- outputs ------------------------------------------------------------
+
+    def output(self, target, args, kwargs):
+        values = args[0]
+        metas = pytree.tree_map(
+            lambda a: a.meta.get("val") if isinstance(a, fx.Node) else None,
+            self._node.args[0],
+        )
+        flat_values, spec = pytree.tree_flatten(values)
+        flat_metas = pytree.tree_leaves(metas, is_leaf=lambda x: x is None or isinstance(x, torch.Tensor))
+        if len(flat_metas) != len(flat_values):
+            flat_metas = [None] * len(flat_values)
+        out = [_leave_pair_form(v, m) if isinstance(v, Pair) else v for v, m in zip(flat_values, flat_metas)]
+        return pytree.tree_unflatten(out, spec)
+
+
+def _leave_pair_form(pair: Pair, meta: Optional[torch.Tensor]) -> torch.Tensor:
+    """The complex tensor for a graph output, matching the original output's conj bit and layout."""
+    want_conj = bool(meta is not None and isinstance(meta, torch.Tensor) and meta.is_conj())
+    like = meta if isinstance(meta, torch.Tensor) else None
+    if pair.has_source:
+        z = pair.complex()
+        if z.is_conj() == want_conj and not z.is_neg():
+            return z
+    if want_conj:
+        raw = Pair(pair.re, -pair.im, pair.dtype)
+        return aten._conj(raw.complex(like))
+    fresh = Pair(pair.re, pair.im, pair.dtype)
+    return fresh.complex(like)
+
+
+def rewrite(
+    gm: fx.GraphModule,
+    example_inputs,
+    *,
+    decompositions: Optional[Mapping] = None,
+    report: Optional[Report] = None,
+) -> fx.GraphModule:
+    """``gm`` with every complex op turned into real arithmetic (see the module docstring).
+
+    ``example_inputs`` are the graph's inputs (fake or real tensors, SymInts);
+    ``decompositions`` is applied to the real ops the rules emit (the table the
+    graph itself was traced with). A graph without complex values is returned as is.
+    """
+    if not has_complex(gm):
+        return gm
+    own = Report()
+    interp = _PairInterpreter(gm, own)
+
+    def run(*args):
+        return interp.run(*args)
+
+    from torch._guards import detect_fake_mode
+
+    fake_mode = detect_fake_mode(example_inputs)
+    tracing_mode = "real"
+    with fx_traceback.preserve_node_meta(), (fake_mode or contextlib.nullcontext()):
+        new_gm = make_fx(run, decomposition_table=dict(decompositions or {}), tracing_mode=tracing_mode)(
+            *example_inputs
+        )
+    new_gm.graph.eliminate_dead_code()
+    new_gm.recompile()
+    new_gm.meta.update(getattr(gm, "meta", {}))
+    own.graphs = 1
+    if report is not None:
+        report.merge(own)
+    _LAST.merge(own)
+    return new_gm
+
+
+#: a running total of everything rewritten in this process (``ptc.complex.stats()``)
+_LAST = Report()
