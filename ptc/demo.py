@@ -26,6 +26,7 @@ SECTIONS: Dict[str, Section] = {
     "env": Section("what this install can do", "ptc._env:demo"),
     "specs": Section("one shape spec for compile, export and checks", "ptc.specs.demo:main"),
     "switch": Section("N-way switch lowered to a torch.cond tree", "ptc.control_flow.demo:main"),
+    "cudagraph": Section("while_loop/cond captured with conditional nodes (CPU simulator)", "ptc.cudagraph.demo:main"),
     "complex": Section("complex tensors compiled into fused real kernels", "ptc.complex.demo:main"),
 }
 

@@ -1,0 +1,278 @@
+"""User-facing entry points: ``capture`` (a function API) and ``CapturedProgram``.
+
+``capture(fn, *example_inputs)`` traces ``fn`` to an aten graph (``make_fx``),
+plans it, decides eligibility and returns a ``CapturedProgram``: call it like
+``fn``. The torch.compile backend (:mod:`ptc.cudagraph.backend`) builds the
+same ``CapturedProgram`` from AOTAutograd's forward graph.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from ptc import _compat
+from ptc.cudagraph.eligibility import Support, annotate
+from ptc.cudagraph.executor import BlockProgram, compile_segments
+from ptc.cudagraph.plan import Block, Branch, Loop, build_plan
+from ptc.errors import PtcTypeError, PtcValueError
+
+__all__ = ["capture", "CapturedProgram", "Report", "counters", "resolve_executor", "EXECUTORS"]
+
+log = logging.getLogger("ptc.cudagraph")
+
+#: Process-wide tallies, like ``torch._dynamo.utils.counters``:
+#: loops_captured, loops_fallback, conds_captured, conds_fallback, programs.
+counters: "collections.Counter[str]" = collections.Counter()
+
+EXECUTORS = ("auto", "cuda", "sim", "eager")
+
+
+@dataclass
+class StepReport:
+    name: str
+    kind: str  # "while" or "cond"
+    captured: bool
+    reasons: List[str]
+
+
+@dataclass
+class Report:
+    """What the planner decided: per loop/cond whether it is captured, and why not."""
+
+    executor: str
+    support: Optional[Support]
+    segments: int
+    steps: List[StepReport] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        c = {"loops_captured": 0, "loops_fallback": 0, "conds_captured": 0, "conds_fallback": 0}
+        for s in self.steps:
+            key = ("loops_" if s.kind == "while" else "conds_") + ("captured" if s.captured else "fallback")
+            c[key] += 1
+        return c
+
+    @property
+    def fallbacks(self) -> Dict[str, List[str]]:
+        """``{step name: reasons}`` for every step that runs un-graphed."""
+        return {s.name: s.reasons for s in self.steps if not s.captured}
+
+    def format(self) -> str:
+        lines = [f"executor: {self.executor}; straight-line segments: {self.segments}"]
+        lines += [f"note: {n}" for n in self.notes]
+        for s in self.steps:
+            verdict = "captured" if s.captured else "host (un-graphed)"
+            lines.append(f"  {s.name:12} {s.kind:5} {verdict}")
+            for r in s.reasons:
+                lines.append(f"      reason: {r}")
+        lines.append("  counts: " + ", ".join(f"{k}={v}" for k, v in self.counts.items()))
+        return "\n".join(lines)
+
+
+def resolve_executor(executor: str, example_inputs: Sequence[Any]) -> str:
+    """``"auto"``: ``"cuda"`` when the inputs live on a usable GPU, else ``"eager"``."""
+    if executor not in EXECUTORS:
+        raise PtcValueError(f"executor must be one of {', '.join(map(repr, EXECUTORS))}, got {executor!r}")
+    if executor != "auto":
+        return executor
+    on_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in pytree.tree_leaves(list(example_inputs)))
+    return "cuda" if (on_cuda and _compat.CUDA_AVAILABLE) else "eager"
+
+
+def _graph_factory(executor: str, support: Optional[Support]) -> Optional[Callable[[], Any]]:
+    if executor == "eager":
+        return None
+    if executor == "sim":
+        from ptc.cudagraph.simulator import SimGraph
+
+        return lambda: SimGraph(support)
+    from ptc.cudagraph.cuda_graph import CudaGraph
+
+    return CudaGraph
+
+
+def _support(executor: str, support: Optional[Support]) -> Optional[Support]:
+    if support is not None:
+        if not isinstance(support, Support):
+            raise PtcTypeError(f"support must be a ptc.cudagraph.Support, got {type(support).__name__}")
+        if executor == "cuda":
+            raise PtcValueError("support= emulates a CUDA for executor='sim'; the real one is probed")
+        return support
+    if executor == "sim":
+        from ptc.cudagraph.simulator import SimGraph
+
+        return SimGraph().support
+    if executor == "cuda":
+        from ptc.cudagraph.cuda_graph import cuda_support
+
+        return cuda_support()
+    return None
+
+
+class CapturedProgram:
+    """An aten graph planned for capture; call it with the graph's flat inputs.
+
+    The first ``warmup`` calls run on the host (compiling segments), the next
+    one captures, later ones replay. ``plan`` is the planned ``Block``,
+    ``report`` the eligibility report and ``graphs`` the captured graphs.
+    """
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        executor: str = "sim",
+        segments: str = "eager",
+        support: Optional[Support] = None,
+        warmup: int = 1,
+        clone_outputs: bool = True,
+        name: str = "main",
+    ) -> None:
+        if executor not in EXECUTORS or executor == "auto":
+            raise PtcValueError(
+                f"executor must be 'cuda', 'sim' or 'eager' here (resolve 'auto' first), got {executor!r}"
+            )
+        if not isinstance(warmup, int) or warmup < 0:
+            raise PtcValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        self.executor = executor
+        self.support = _support(executor, support)
+        self.plan: Block = build_plan(gm, name)
+        if self.support is not None:
+            annotate(self.plan, self.support)
+        else:  # no graphs at all: report the static reasons, nothing is captured
+            from ptc.cudagraph.simulator import SimGraph
+
+            annotate(self.plan, SimGraph().support)
+        self.clone_outputs = clone_outputs
+        self.program = BlockProgram(
+            self.plan,
+            _graph_factory(executor, self.support),
+            compile_segments(segments),
+            warmup=warmup,
+            support=self.support,
+        )
+        self.report = self._report()
+        counters["programs"] += 1
+        for key, value in self.report.counts.items():
+            counters[key] += value
+        for name_, reasons in self.report.fallbacks.items():
+            log.info("ptc.cudagraph: %s runs un-graphed: %s", name_, "; ".join(reasons))
+
+    def _report(self) -> Report:
+        notes = []
+        if self.executor == "eager":
+            notes.append("executor 'eager': no graphs; every loop runs on the host")
+        rep = Report(self.executor, self.support, len(self.plan.segments), notes=notes)
+        for step in self.plan.walk():
+            if isinstance(step, (Loop, Branch)):
+                captured = step.eligible and self.executor != "eager"
+                reasons = list(step.reasons)
+                if self.executor == "eager" and not reasons:
+                    reasons = ["executor 'eager' (inputs not on a CUDA device)"]
+                kind = "while" if isinstance(step, Loop) else "cond"
+                rep.steps.append(StepReport(step.name, kind, captured, reasons))
+        return rep
+
+    @property
+    def graphs(self) -> List[Any]:
+        return self.program.graphs
+
+    def __call__(self, *args: Any) -> Any:
+        outs = self.program(*args)
+        if self.clone_outputs:
+            outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
+        return outs
+
+
+def capture(
+    fn: Callable[..., Any],
+    *example_inputs: Any,
+    executor: str = "auto",
+    segments: str = "inductor",
+    support: Optional[Support] = None,
+    warmup: int = 1,
+) -> "CapturedFunction":
+    """Trace ``fn`` on ``example_inputs`` and return it as a captured program.
+
+    ``fn`` takes and returns tensors (pytrees of them); ``while_loop``, ``cond``
+    and ``ptc.switch`` inside it become conditional nodes of one graph.
+
+    Args:
+        executor: ``"cuda"`` (a real CUDA graph), ``"sim"`` (the CPU capture
+            simulator), ``"eager"`` (no graphs) or ``"auto"`` (``"cuda"`` when
+            the inputs are on a GPU, else ``"eager"``).
+        segments: ``"inductor"`` compiles straight-line code with Inductor;
+            ``"eager"`` runs it op by op (what the simulator records per op).
+        support: with ``executor="sim"``, the CUDA features to emulate
+            (e.g. ``Support(while_nodes=False, if_nodes=True)`` for torch 2.13).
+        warmup: host-run calls before capture.
+
+    Returns a ``CapturedFunction``: call it like ``fn`` (same argument structure,
+    same shapes, dtypes and devices). The first ``warmup`` calls run on the host,
+    the next captures (and replays once), later calls replay. ``.report`` says
+    what is captured and why anything is not, ``.plan`` is the planned graph,
+    ``.graphs`` the captured graphs.
+    """
+    if not callable(fn):
+        raise PtcTypeError(f"capture: fn must be callable, got {type(fn).__name__}")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    flat, spec = pytree.tree_flatten(list(example_inputs))
+    for i, x in enumerate(flat):
+        if not isinstance(x, torch.Tensor):
+            raise PtcTypeError(f"capture: example_inputs leaf {i} must be a tensor, got {type(x).__name__}")
+    resolved = resolve_executor(executor, flat)
+    compile_segments(segments)  # validates the name before tracing
+
+    out_spec_box: List[Any] = []
+
+    def spec_fn(*leaves: torch.Tensor) -> List[torch.Tensor]:
+        args = pytree.tree_unflatten(list(leaves), spec)
+        out, out_spec = pytree.tree_flatten(fn(*args))
+        out_spec_box[:] = [out_spec]
+        return out
+
+    with torch.no_grad():
+        gm = make_fx(spec_fn)(*flat)
+    program = CapturedProgram(gm, resolved, segments, support, warmup)
+    return CapturedFunction(program, spec, out_spec_box[0], len(flat))
+
+
+class CapturedFunction:
+    """``capture``'s result: call it with ``fn``'s arguments (same structure)."""
+
+    def __init__(self, program: CapturedProgram, in_spec: Any, out_spec: Any, n_inputs: int) -> None:
+        self.program = program
+        self._in_spec = in_spec
+        self._out_spec = out_spec
+        self._n = n_inputs
+
+    @property
+    def plan(self) -> Block:
+        return self.program.plan
+
+    @property
+    def report(self) -> Report:
+        return self.program.report
+
+    @property
+    def graphs(self) -> List[Any]:
+        return self.program.graphs
+
+    def __call__(self, *args: Any) -> Any:
+        flat, spec = pytree.tree_flatten(list(args))
+        if spec != self._in_spec:
+            raise PtcValueError(
+                f"captured function called with arguments of structure {spec}, "
+                f"but it was captured for {self._in_spec}"
+            )
+        with torch.no_grad():
+            outs = self.program(*flat)
+        return pytree.tree_unflatten(outs, self._out_spec)
