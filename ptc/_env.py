@@ -69,9 +69,9 @@ def _native_fault_tolerance() -> str:
 
 def _native_flight_recorder() -> str:
     if _compat.PROCESS_GROUP_HOOKS:
-        return "NCCL recorder; Python PG hooks for others"
+        return "native recorder (gloo: never completes/dumps); Python PG hooks"
     if _compat.DISTRIBUTED:
-        return "NCCL recorder only"
+        return "native recorder (gloo: never completes/dumps)"
     return "torch.distributed not built"
 
 

@@ -1,4 +1,4 @@
-"""The ``ptc`` command: ``ptc env``, ``ptc demo``."""
+"""The ``ptc`` command: ``ptc env``, ``ptc demo``, ``ptc fr-trace``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,20 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fr_trace(args: argparse.Namespace) -> int:
+    """Analyze a directory of Flight Recorder dumps: exit 0 when no problem is found, 1 when one is."""
+    from ptc.distributed import fr_analysis
+
+    report = fr_analysis.analyze(args.dir, args.prefix)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        if args.entries:
+            print(fr_analysis.format_entries(report.dumps))
+        print(report.format())
+    return 0 if report.ok else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ptc", description="ptc: compiler front-end extensions for torch.compile/export"
@@ -45,6 +59,19 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("sections", nargs="*", help="sections to run (default: all)")
     demo.add_argument("--list", action="store_true", help="list the sections and exit")
     demo.set_defaults(run=_demo)
+
+    fr = sub.add_parser(
+        "fr-trace",
+        help="analyze Flight Recorder dumps: which rank is missing, which collective mismatched",
+        description="Analyze a directory of Flight Recorder dumps (ptc's or torch's), one file "
+        "<prefix><rank> per rank. Exit status: 0 no problem found, 1 a problem was found "
+        "(desync, hang, failure), 2 the dumps could not be read.",
+    )
+    fr.add_argument("dir", help="directory holding the dumps")
+    fr.add_argument("-p", "--prefix", default=None, help="file name prefix before the rank (default: inferred)")
+    fr.add_argument("--json", action="store_true", help="machine-readable report")
+    fr.add_argument("-j", "--entries", action="store_true", help="also print every rank's recorded calls")
+    fr.set_defaults(run=_fr_trace)
     return parser
 
 

@@ -28,6 +28,7 @@ SECTIONS: Dict[str, Section] = {
     "switch": Section("N-way switch lowered to a torch.cond tree", "ptc.control_flow.demo:main"),
     "cudagraph": Section("while_loop/cond captured with conditional nodes (CPU simulator)", "ptc.cudagraph.demo:main"),
     "complex": Section("complex tensors compiled into fused real kernels", "ptc.complex.demo:main"),
+    "flight_recorder": Section("a gloo desync recorded, dumped and diagnosed", "ptc.distributed.fr_demo:main"),
 }
 
 

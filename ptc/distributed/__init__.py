@@ -1,0 +1,83 @@
+"""ptc.distributed: a Flight Recorder for any c10d backend (fault-tolerant groups: issue 9).
+
+Public API (imported lazily, so ``ptc fr-trace`` and ``ptc env`` stay quick)::
+
+    from ptc.distributed import FlightRecorder, enable_flight_recorder, analyze_dumps
+
+    rec = enable_flight_recorder(dump_dir="fr", dump_signal=signal.SIGUSR1)
+    ...                                  # collectives on the default group are recorded
+    rec.dump("checkpoint")               # fr/rank_<rank>, readable by torchfrtrace
+    print(analyze_dumps("fr").format())  # what `ptc fr-trace fr` prints
+
+=============================  ================================================
+name                           what
+=============================  ================================================
+``FlightRecorder``             the recorder (attach, detach, on_reconfigure,
+                               dump, snapshot, entries, close)
+``enable_flight_recorder``     create one and attach it to a group
+``disable_flight_recorder``    close one, or all of this process's
+``flight_recording``           context manager: record a group for a block
+``dump_flight_recorders``      dump every recorder of the process (the
+                               fault-tolerant runtime calls it on failure)
+``flight_recorder_reconfigure``  move a group to a new generation in every
+                               recorder attached to it
+``analyze_dumps``              the analysis behind ``ptc fr-trace``
+``load_dumps``                 read a directory of dumps (ptc's or torch's)
+=============================  ================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "FlightRecorder",
+    "analyze_dumps",
+    "capability",
+    "disable_flight_recorder",
+    "dump_flight_recorders",
+    "enable_flight_recorder",
+    "flight_recorder_reconfigure",
+    "flight_recording",
+    "load_dumps",
+]
+
+_LAZY = {
+    "FlightRecorder": ("ptc.distributed.flight_recorder", "FlightRecorder"),
+    "enable_flight_recorder": ("ptc.distributed.flight_recorder", "enable"),
+    "disable_flight_recorder": ("ptc.distributed.flight_recorder", "disable"),
+    "flight_recording": ("ptc.distributed.flight_recorder", "recording"),
+    "dump_flight_recorders": ("ptc.distributed.flight_recorder", "dump_all"),
+    "flight_recorder_reconfigure": ("ptc.distributed.flight_recorder", "on_reconfigure"),
+    "analyze_dumps": ("ptc.distributed.fr_analysis", "analyze"),
+    "load_dumps": ("ptc.distributed.fr_analysis", "load_dumps"),
+}
+
+
+def capability(name: str) -> str:
+    """What ptc provides for feature ``name`` on this install (for ``ptc env``)."""
+    if name == "flight_recorder":
+        from ptc import _compat
+
+        if not _compat.DISTRIBUTED:
+            return "unavailable (torch.distributed not built)"
+        if _compat.PROCESS_GROUP_HOOKS:
+            return "any backend via PG hooks; torchfrtrace-readable dumps"
+        return "any backend via PG method wrapper; torchfrtrace-readable dumps"
+    if name == "fault_tolerance":
+        return "not implemented yet"
+    return "not implemented yet"
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

@@ -1,0 +1,86 @@
+"""``ptc demo flight_recorder``: three gloo processes, a desync, automatic dumps, the verdict.
+
+Ranks 0 and 1 call ``all_reduce`` where rank 2 calls ``broadcast``; gloo gives up
+after its 1 s timeout, each rank's recorder dumps on the failure, and the
+analysis behind ``ptc fr-trace`` names the culprit.  Everything runs on
+127.0.0.1; the workers are started and, if need be, stopped by their PIDs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+WORLD = 3
+DEADLINE_S = 90.0
+
+
+def _worker(rank: int, port: int, dump_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from ptc.distributed import flight_recorder as fr
+
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=WORLD,
+        timeout=datetime.timedelta(seconds=1),
+    )  # fmt: skip
+    rec = fr.enable(dump_dir=dump_dir, store=store, poll_interval=0.1)
+    t = torch.ones(1024)
+    for _ in range(3):
+        dist.all_reduce(t)
+    try:
+        if rank == WORLD - 1:
+            dist.broadcast(t, src=0)  # the desync
+        else:
+            dist.all_reduce(t)
+    except RuntimeError:
+        pass  # gloo timed out; the recorder has dumped
+    deadline = time.monotonic() + 20
+    while not rec.dumps and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rec.close()
+
+
+def main() -> None:
+    """Run the demo and print what ``ptc fr-trace`` would print."""
+    import torch.distributed as dist
+
+    from ptc.distributed import fr_analysis
+
+    dump_dir = tempfile.mkdtemp(prefix="ptc-fr-demo-")
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    print("3 gloo processes on 127.0.0.1; rank 2 calls broadcast where ranks 0 and 1 call all_reduce")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ptc.distributed.fr_demo", str(r), str(store.port), dump_dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for r in range(WORLD)
+    ]
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+    print(f"dumps written by the ranks' recorders when the collective failed: {dump_dir}\n")
+    print(fr_analysis.analyze(dump_dir).format())
+    print(f"\nthe same with: ptc fr-trace {dump_dir}    (torch's own analyzer: torchfrtrace {dump_dir})")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,500 @@
+"""The recorder in one process: what it records, bounds, threads, reconfigure, dumps, switching off."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fr_helpers import SimulatedRanks, fake_group, wait_for
+from ptc import _compat
+from ptc.distributed import FlightRecorder, capability, fr_analysis
+from ptc.distributed import flight_recorder as fr
+from ptc.errors import FeatureUnavailable, PtcTypeError, PtcValueError
+
+# Keys of a native entry as torch 2.13 and 2.14 write them (fault_tolerance.md section 4.2).
+NATIVE_ENTRY_KEYS = {
+    "collective_seq_id", "input_dtypes", "input_sizes", "is_p2p", "op_id", "output_dtypes", "output_sizes",
+    "p2p_seq_id", "pg_id", "process_group", "profiling_name", "record_id", "retired", "state", "thread_id",
+    "thread_name", "time_created_ns", "time_discovered_completed_ns", "time_discovered_started_ns", "timeout_ms",
+}  # fmt: skip
+MECHANISMS = ["hooks", "wrapper"] if _compat.PROCESS_GROUP_HOOKS else ["wrapper"]
+
+
+@pytest.fixture
+def fake_world():
+    """The default group: 3 ranks on the fake backend, this process is rank 1."""
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401 - registers the "fake" backend
+
+    dist.init_process_group("fake", store=dist.HashStore(), rank=1, world_size=3)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def _every_kind(world_size: int = 3) -> None:
+    t = torch.arange(4, dtype=torch.float32)
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    dist.reduce(t, dst=2)
+    dist.all_gather([torch.zeros(4) for _ in range(world_size)], t)
+    dist.all_gather_single(torch.zeros(4 * world_size), t)
+    dist.reduce_scatter_single(torch.zeros(2, dtype=torch.float64), torch.ones(2 * world_size, dtype=torch.float64))
+    dist.all_to_all_single(torch.zeros(world_size * 2), torch.ones(world_size * 2))
+    dist.barrier()
+    dist.send(torch.ones(5, dtype=torch.int64), 2)
+    dist.recv(torch.zeros(3), 0)
+
+
+EXPECTED_KINDS = [  # (profiling_name, input_sizes, output_sizes, input dtypes) of _every_kind on rank 1 of 3
+    ("gloo:all_reduce", [[4]], [[4]], ["Float"]),
+    ("gloo:broadcast", [[4]], [[4]], ["Float"]),
+    ("gloo:reduce", [[4]], [[4]], ["Float"]),
+    ("gloo:all_gather", [[4]], [[3, 4]], ["Float"]),
+    ("gloo:all_gather", [[4]], [[12]], ["Float"]),
+    ("gloo:reduce_scatter", [[6]], [[2]], ["Double"]),
+    ("gloo:all_to_all", [[6]], [[6]], ["Float"]),
+    ("gloo:barrier", [], [], []),
+    ("gloo:send 1->2", [[5]], [[5]], ["Long"]),
+    ("gloo:recv 1<-0", [[3]], [[3]], ["Float"]),
+]
+
+
+@pytest.mark.parametrize("capture", MECHANISMS)
+def test_records_every_kind_of_call_in_the_native_format(fake_world, capture, tmp_path):
+    from torch.distributed.flight_recorder.components.types import Op
+
+    with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+        _every_kind()
+        entries = rec.entries()
+    got = [(e["profiling_name"], e["input_sizes"], e["output_sizes"], e["input_dtypes"]) for e in entries]
+    assert got == EXPECTED_KINDS
+    assert [e["collective_seq_id"] for e in entries] == [1, 2, 3, 4, 5, 6, 7, 8, 8, 8]
+    assert [e["p2p_seq_id"] for e in entries] == [0] * 8 + [1, 2]
+    assert [e["record_id"] for e in entries] == list(range(10))
+    roots = {e["profiling_name"]: e["peer"] for e in entries[:3]}
+    assert roots == {"gloo:all_reduce": -1, "gloo:broadcast": 0, "gloo:reduce": 2}
+    memberships = {"0": {0, 1, 2}}
+    for e in entries:
+        assert NATIVE_ENTRY_KEYS <= set(e), NATIVE_ENTRY_KEYS - set(e)
+        assert e["process_group"] == ("0", "default_pg")
+        assert e["state"] == "completed" and e["retired"]
+        assert e["time_created_ns"] <= e["time_discovered_started_ns"] <= e["time_discovered_completed_ns"]
+        assert e["is_p2p"] == (" " in e["profiling_name"])
+        assert e["thread_name"] == threading.current_thread().name
+        assert "frames" not in e  # stacks are off by default
+        Op(e, memberships, "0")  # torch's analyzer parses every entry
+
+
+def test_hooks_and_wrapper_record_alike(fake_world, tmp_path):
+    """Where torch has PG hooks both mechanisms exist and must agree; elsewhere 'hooks' is refused."""
+    if not _compat.PROCESS_GROUP_HOOKS:
+        with pytest.raises(FeatureUnavailable, match="register_pre_hook") as info:
+            FlightRecorder(capture="hooks")
+        assert info.value.requirement == "PROCESS_GROUP_HOOKS"
+        assert FlightRecorder(capture="auto", dump_dir=tmp_path).capture == "wrapper"
+        fr.disable()
+        return
+    records = {}
+    for capture in ("hooks", "wrapper"):
+        with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+            _every_kind()
+            records[capture] = [
+                {k: v for k, v in e.items() if not k.startswith("time_") and k != "thread_id"} for e in rec.entries()
+            ]
+    assert records["hooks"] == records["wrapper"]
+
+
+@pytest.fixture
+def gloo_solo():
+    """The default group: gloo with this process alone."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("capture", MECHANISMS)
+def test_ddp_gradient_buckets_are_seen_through_hooks_only(gloo_solo, capture, tmp_path):
+    """The DDP reducer issues its all_reduce from C++: PG hooks see it, the Python-level wrapper cannot."""
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+        model(torch.randn(3, 4)).sum().backward()
+        entries = rec.entries()
+    if capture == "hooks":
+        assert [(e["profiling_name"], e["input_sizes"], e["state"]) for e in entries] == [
+            ("gloo:all_reduce", [[10]], "completed")  # one bucket: 4*2 weights + 2 biases
+        ]
+    else:
+        assert entries == []
+
+
+def test_ring_buffer_keeps_the_newest_calls(fake_world, tmp_path):
+    with fr.recording(capacity=5, dump_dir=tmp_path) as rec:
+        for _ in range(12):
+            dist.all_reduce(torch.ones(2))
+        snap = rec.snapshot()
+    assert [e["record_id"] for e in snap["entries"]] == [7, 8, 9, 10, 11]
+    assert [e["collective_seq_id"] for e in snap["entries"]] == [8, 9, 10, 11, 12]
+    assert snap["ptc"]["recorded"] == 12 and snap["ptc"]["dropped"] == 7
+    assert snap["pg_status"]["0"] == {
+        "last_enqueued_collective": 12,
+        "last_started_collective": 12,
+        "last_completed_collective": 12,
+    }
+
+
+def test_concurrent_threads_lose_no_call(fake_world, tmp_path):
+    threads, calls = 6, 120
+    barrier = threading.Barrier(threads)
+
+    def issue():
+        barrier.wait(timeout=30)
+        for _ in range(calls):
+            dist.all_reduce(torch.ones(3))
+
+    def run(capacity):
+        with fr.recording(capacity=capacity, dump_dir=tmp_path) as rec:
+            workers = [threading.Thread(target=issue, name=f"issuer-{i}") for i in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join(timeout=60)
+            assert not any(w.is_alive() for w in workers)
+            return rec.snapshot()
+
+    total = threads * calls
+    snap = run(capacity=total)
+    entries = snap["entries"]
+    assert [e["record_id"] for e in entries] == list(range(total))
+    assert sorted(e["collective_seq_id"] for e in entries) == list(range(1, total + 1))
+    assert sorted(e["op_id"] for e in entries) == list(range(1, total + 1))
+    per_thread = {}
+    for e in entries:
+        per_thread[e["thread_name"]] = per_thread.get(e["thread_name"], 0) + 1
+    assert per_thread == {f"issuer-{i}": calls for i in range(threads)}
+    assert all(e["state"] == "completed" for e in entries)
+
+    snap = run(capacity=50)  # the bound holds under contention too
+    ids = [e["record_id"] for e in snap["entries"]]
+    assert len(ids) == 50 and len(set(ids)) == 50 and ids == sorted(ids)
+    assert snap["ptc"]["recorded"] == total and snap["ptc"]["dropped"] == total - 50
+    assert min(ids) >= total - 50 - threads  # the newest calls, give or take in-flight appends
+
+
+def test_closing_restores_torch_and_stops_recording(fake_world, tmp_path):
+    pg_cls, work_cls = dist.ProcessGroup, dist.Work
+    allreduce, wait = pg_cls.__dict__["allreduce"], work_cls.__dict__["wait"]
+    first = FlightRecorder(dump_dir=tmp_path, capture="wrapper").attach()
+    second = FlightRecorder(dump_dir=tmp_path).attach()
+    assert pg_cls.__dict__["allreduce"] is not allreduce and work_cls.__dict__["wait"] is not wait
+    dist.all_reduce(torch.ones(1))
+    first.close()
+    dist.all_reduce(torch.ones(1))  # the second recorder still records
+    assert len(first.entries()) == 1 and len(second.entries()) == 2
+    second.close()
+    assert pg_cls.__dict__["allreduce"] is allreduce and work_cls.__dict__["wait"] is wait
+    dist.all_reduce(torch.ones(1))
+    assert len(second.entries()) == 2
+    first.close()  # closing twice is harmless
+    with pytest.raises(PtcValueError, match="closed"):
+        first.attach()
+
+
+def test_importing_ptc_changes_nothing_in_torch():
+    code = (
+        "import torch.distributed as dist\n"
+        "before = (dist.ProcessGroup.__dict__['allreduce'], dist.ProcessGroup.__dict__['barrier'], dist.Work.__dict__['wait'])\n"
+        "import ptc, ptc.distributed\n"
+        "from ptc.distributed import flight_recorder, fr_capture, fr_analysis\n"
+        "after = (dist.ProcessGroup.__dict__['allreduce'], dist.ProcessGroup.__dict__['barrier'], dist.Work.__dict__['wait'])\n"
+        "assert all(a is b for a, b in zip(before, after)), 'import changed torch'\n"
+        "assert not flight_recorder.active_recorders()\n"
+        "print('unchanged')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "unchanged" in proc.stdout, proc.stderr
+
+
+def test_reconfigure_starts_a_new_named_generation(fake_world, tmp_path):
+    with fr.recording(dump_dir=tmp_path) as rec:
+        dist.all_reduce(torch.ones(2))
+        dist.all_reduce(torch.ones(2))
+        assert fr.on_reconfigure(1, ranks=[0, 1, 2]) == 1
+        dist.all_reduce(torch.ones(2))
+        replacement = fake_group(0, 2)  # a rebuilt group: rank 1 of before is rank 0 of now
+        rec.on_reconfigure(2, new_group=replacement, ranks=[1, 2])
+        dist.all_reduce(torch.ones(2))  # the old group is no longer recorded
+        replacement.allreduce([torch.ones(2)]).wait()
+        snap = rec.snapshot()
+    names = [(e["process_group"][0], e["collective_seq_id"], e["generation"]) for e in snap["entries"]]
+    assert names == [("0", 1, 0), ("0", 2, 0), ("0@gen1", 1, 1), ("0@gen2", 1, 2)]
+    assert snap["pg_config"] == {
+        "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"},
+        "0@gen1": {"name": "0@gen1", "desc": "default_pg", "ranks": "[0, 1, 2]"},
+        "0@gen2": {"name": "0@gen2", "desc": "default_pg", "ranks": "[1, 2]"},
+    }
+    assert snap["entries"][-1]["profiling_name"] == "gloo:all_reduce"
+
+
+def test_reconfigure_checks_its_arguments(fake_world, tmp_path):
+    with fr.recording(dump_dir=tmp_path) as rec:
+        rec.on_reconfigure(3, ranks=[0, 1, 2])
+        with pytest.raises(PtcValueError, match="generation = 3: must be greater than the group's current generation 3"):
+            rec.on_reconfigure(3, ranks=[0, 1, 2])
+        with pytest.raises(PtcValueError, match=r"should be this recorder's rank 1, is 2"):
+            rec.on_reconfigure(4, ranks=[0, 2, 1])
+        with pytest.raises(PtcValueError, match="the group has 2 members, got 3 ranks"):
+            rec.on_reconfigure(4, new_group=fake_group(1, 2), ranks=[0, 1, 2])
+        with pytest.raises(PtcValueError, match="ranks: the group now has 2 members"):
+            rec.on_reconfigure(4, new_group=fake_group(1, 2))
+        with pytest.raises(PtcValueError, match="not attached"):
+            rec.on_reconfigure(5, group=fake_group(0, 2))
+        with pytest.raises(PtcTypeError, match=r"ranks\[1\]: expected an int rank, got str"):
+            rec.on_reconfigure(4, ranks=[0, "1", 2])
+
+
+def test_bad_arguments_are_named(fake_world, tmp_path):
+    cases = [
+        (lambda: FlightRecorder(0), PtcValueError, "capacity = 0: must be at least 1"),
+        (lambda: FlightRecorder(2.5), PtcTypeError, "capacity: expected an int, got float"),
+        (lambda: FlightRecorder(prefix="rank1"), PtcValueError, "prefix = 'rank1'"),
+        (lambda: FlightRecorder(timeout=-1), PtcValueError, "timeout = -1: must be positive"),
+        (lambda: FlightRecorder(timeout="5s"), PtcTypeError, "timeout: expected seconds or a datetime.timedelta, got str"),
+        (lambda: FlightRecorder(store="tcp://x"), PtcTypeError, "store: expected a torch.distributed.Store"),
+        (lambda: FlightRecorder(capture="nccl"), PtcValueError, "capture='nccl': expected 'auto', 'hooks' or 'wrapper'"),
+        (lambda: FlightRecorder(dump_signal=-3), PtcValueError, "dump_signal = -3: not a signal number"),
+        (lambda: fr.enable(group="world", dump_dir=tmp_path), PtcTypeError, "group: expected a torch.distributed.ProcessGroup or None, got str"),
+        (lambda: fr.enable(group=fake_group(0, 2), dump_dir=tmp_path), PtcValueError, "name: this process group has no c10d group_name"),
+        (lambda: FlightRecorder(dump_dir=tmp_path, rank=0).attach(fake_group(0, 2), name="g"), PtcValueError, "ranks: c10d does not know this group's members"),
+        (lambda: fr.dump_all(reason=7), PtcTypeError, "reason: expected a str, got int"),
+    ]  # fmt: skip
+    for make, error, message in cases:
+        with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            make()
+        fr.disable()
+    with fr.recording(dump_dir=tmp_path) as rec:
+        with pytest.raises(PtcValueError, match="is already attached"):
+            rec.attach()
+
+
+def test_needs_an_initialized_default_group_or_a_group(tmp_path):
+    assert not dist.is_initialized()
+    with pytest.raises(PtcValueError, match="group=None means the default process group, but torch.distributed is not initialized"):
+        fr.enable(dump_dir=tmp_path)
+    assert not fr.active_recorders()
+
+
+def test_dump_is_one_plain_file_per_rank_replaced_atomically(fake_world, tmp_path, monkeypatch):
+    monkeypatch.setenv("PTC_FR_DUMP_DIR", str(tmp_path / "from_env"))
+    with fr.recording() as rec:
+        dist.all_reduce(torch.ones(2))
+        first = rec.dump("first")
+        dist.all_reduce(torch.ones(2))
+        second = rec.dump("second")
+    assert first == second == str(tmp_path / "from_env" / "rank_1")
+    assert os.listdir(tmp_path / "from_env") == ["rank_1"]  # no temporary file left behind
+    dumps = fr_analysis.load_dumps(tmp_path / "from_env")  # plain data only: the safe loader takes it
+    assert list(dumps) == [1]
+    assert dumps[1].reason == "second" and len(dumps[1].entries) == 2
+    with open(first, "rb") as f:
+        raw = pickle.load(f)
+    assert raw["version"] == "2.10" and set(raw) >= {"entries", "pg_config", "pg_status", "version", "comm_lib_version"}
+
+
+def test_stacks_are_recorded_only_when_asked(fake_world, tmp_path):
+    def issue_from_here():
+        dist.all_reduce(torch.ones(1))
+
+    with fr.recording(dump_dir=tmp_path, record_stacks=True, stack_depth=4) as rec:
+        issue_from_here()
+        (entry,) = rec.entries()
+    names = [frame["name"] for frame in entry["frames"]]
+    assert len(names) <= 4 and "issue_from_here" in names
+    assert all(not f["filename"].startswith(os.path.dirname(fr.__file__)) for f in entry["frames"])
+
+
+def test_completion_time_is_when_wait_returns(tmp_path):
+    """A waited Work completes when wait() returns; one nobody waits on, when next seen done."""
+    import datetime
+
+    store = dist.HashStore()
+    pg = dist.ProcessGroup(store, 0, 1)
+    backend = dist.ProcessGroupGloo(store, 0, 1, datetime.timedelta(seconds=30))
+    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    pause_ns = 300_000_000
+    with FlightRecorder(dump_dir=tmp_path, rank=0) as rec:
+        rec.attach(pg, name="solo", ranks=[0])
+        pg.allreduce([torch.ones(4)]).wait()
+        time.sleep(pause_ns / 1e9)
+        unwaited = pg.allreduce([torch.ones(4)])
+        wait_for(unwaited.is_completed, 10, "the un-waited all_reduce")
+        time.sleep(pause_ns / 1e9)
+        pg.allreduce([torch.ones(4)]).wait()  # the next recorded call notices the un-waited one
+        waited, seen_later, last = rec.entries()
+    assert waited["state"] == seen_later["state"] == last["state"] == "completed"
+    assert waited["time_discovered_completed_ns"] - waited["time_discovered_started_ns"] < pause_ns / 2
+    assert seen_later["time_discovered_completed_ns"] - seen_later["time_discovered_started_ns"] >= pause_ns
+    assert seen_later["time_discovered_completed_ns"] <= last["time_created_ns"]
+
+
+def test_failures_dump_once_per_generation(tmp_path):
+    ranks = SimulatedRanks(2, tmp_path / "dumps")
+    rec = ranks.recorders[0]
+    try:
+        pg = ranks.groups[0]
+        calls = rec._calls[id(pg)]  # what capture calls when a collective raises
+        first = calls.begin("ALLREDUCE", [torch.ones(2)], [], -1)
+        second = calls.begin("ALLREDUCE", [torch.ones(2)], [], -1)
+        calls.done(first, RuntimeError("Connection reset by peer"))
+        calls.done(second, RuntimeError("second failure"))
+        assert len(rec.dumps) == 1
+        dump = fr_analysis.load_dumps(tmp_path / "dumps")[0]
+        assert dump.reason.startswith("failure: all_reduce (seq 1) in group 'world' on rank 0 failed: RuntimeError: Connection reset")
+        states = [(e["collective_seq_id"], e["state"], e["error"]) for e in dump.entries]
+        assert states[0] == (1, "failed", "RuntimeError: Connection reset by peer")
+        rec.on_reconfigure(1, group=pg)  # a new generation re-arms the automatic dump
+        third = calls.begin("ALLREDUCE", [torch.ones(2)], [], -1)
+        calls.done(third, RuntimeError("third"))
+        assert len(rec.dumps) == 2
+    finally:
+        ranks.close()
+
+
+def test_watchdog_dumps_an_overdue_call_then_its_failure(tmp_path):
+    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05)
+    rec = ranks.recorders[0]
+    try:
+        calls = rec._calls[id(ranks.groups[0])]
+        stuck = calls.begin("BROADCAST", [torch.ones(3)], [], 0)  # never returns from the backend
+        wait_for(lambda: rec.dumps, 10, "the timeout dump")
+        dump = fr_analysis.load_dumps(tmp_path)[0]
+        assert dump.reason.startswith("timeout: broadcast (seq 1) in group 'world' on rank 0 unfinished after ")
+        assert dump.reason.endswith("(timeout 200 ms, state scheduled)")
+        assert dump.entries[0]["timed_out"] is True and dump.entries[0]["state"] == "scheduled"
+        calls.done(stuck, RuntimeError("Timed out waiting 200ms"))  # the backend gives up too: say more
+        assert len(rec.dumps) == 2
+        assert fr_analysis.load_dumps(tmp_path)[0].entries[0]["state"] == "failed"
+        later = calls.begin("ALLREDUCE", [torch.ones(3)], [], -1)
+        calls.done(later, RuntimeError("again"))
+        time.sleep(0.3)
+        assert len(rec.dumps) == 2  # one failure dump and one timeout dump per generation
+
+        rec.on_reconfigure(1, group=ranks.groups[0])
+        calls.done(calls.begin("ALLREDUCE", [torch.ones(3)], [], -1), RuntimeError("first, a failure"))
+        calls.begin("BARRIER", [], [], -1)  # then an overdue call: nothing new to say
+        time.sleep(0.5)
+        assert len(rec.dumps) == 3
+        assert fr_analysis.load_dumps(tmp_path)[0].reason.startswith("failure: all_reduce (seq 1) in group 'world@gen1'")
+    finally:
+        ranks.close()
+
+
+class _FailsWhenLookedAtLate:
+    """A Work that is still running when the watchdog finds its call overdue, and has failed
+    by the time the timeout dump's snapshot looks again (the race of a backend timing out
+    together with the watchdog)."""
+
+    def __init__(self) -> None:
+        self.entry = None
+
+    def is_completed(self) -> bool:
+        return bool(self.entry.timed_out)
+
+    def get_future(self):
+        future = torch.futures.Future()
+        if self.entry.timed_out:
+            future.set_exception(RuntimeError("Timed out waiting 200ms for recv operation to complete"))
+        return future
+
+
+def test_a_failure_found_while_dumping_a_timeout_is_not_overwritten(tmp_path):
+    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05)
+    rec = ranks.recorders[0]
+    try:
+        calls = rec._calls[id(ranks.groups[0])]
+        work = _FailsWhenLookedAtLate()
+        work.entry = calls.begin("ALLREDUCE", [torch.ones(3)], [], -1)
+        calls.started(work.entry, work)
+        wait_for(lambda: rec.dumps, 10, "a dump")
+        time.sleep(0.2)
+        (dump,) = fr_analysis.load_dumps(tmp_path).values()
+        assert dump.reason.startswith("failure: all_reduce (seq 1) in group 'world' on rank 0 failed: RuntimeError: Timed out")
+        assert len(rec.dumps) == 1
+    finally:
+        ranks.close()
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_signal_dumps_from_the_recorder_thread_and_close_restores(tmp_path):
+    before = signal.getsignal(signal.SIGUSR1)
+    ranks = SimulatedRanks(1, tmp_path, dump_signal=signal.SIGUSR1, poll_interval=0.05)
+    try:
+        ranks.all_reduce([0])
+        with pytest.raises(PtcValueError, match="another FlightRecorder already dumps on SIGUSR1"):
+            FlightRecorder(dump_signal=signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        wait_for(lambda: (tmp_path / "rank_0").exists(), 10, "the signal dump")
+        assert fr_analysis.load_dumps(tmp_path)[0].reason == "signal SIGUSR1"
+    finally:
+        ranks.close()
+    assert signal.getsignal(signal.SIGUSR1) == before
+    assert signal.set_wakeup_fd(-1) == -1  # the wake-up fd was given back
+
+    errors = []
+
+    def from_thread():
+        try:
+            FlightRecorder(dump_signal=signal.SIGUSR2)
+        except PtcValueError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=from_thread)
+    t.start()
+    t.join(timeout=30)
+    assert errors and "only be installed from the main thread" in errors[0]
+
+
+def test_store_carries_dump_requests_to_peers(tmp_path):
+    store = dist.HashStore()
+    ranks = SimulatedRanks(3, tmp_path, store=store, poll_interval=0.05)
+    try:
+        ranks.all_reduce([0, 1, 2])
+        ranks.recorders[0].request_peer_dumps("operator asked")
+        wait_for(lambda: all((tmp_path / f"rank_{r}").exists() for r in (1, 2)), 10, "peer dumps")
+        time.sleep(0.3)  # the asking recorder must not dump because of its own request
+        assert not (tmp_path / "rank_0").exists()
+        dumps = fr_analysis.load_dumps(tmp_path)
+        assert {r: d.reason for r, d in dumps.items()} == {
+            1: "requested by rank 0: operator asked",
+            2: "requested by rank 0: operator asked",
+        }
+    finally:
+        ranks.close()
+
+
+def test_dump_all_dumps_every_recorder_of_the_process(tmp_path):
+    ranks = SimulatedRanks(2, tmp_path)
+    try:
+        ranks.all_reduce([0, 1])
+        paths = fr.dump_all("peer failure: ranks [3] in generation 2")
+        assert sorted(paths) == [str(tmp_path / "rank_0"), str(tmp_path / "rank_1")]
+        assert {d.reason for d in fr_analysis.load_dumps(tmp_path).values()} == {"peer failure: ranks [3] in generation 2"}
+    finally:
+        ranks.close()
+    assert fr.dump_all("nothing open") == []
+
+
+def test_capability_reports_the_mechanism():
+    status = capability("flight_recorder")
+    assert ("PG hooks" in status) is _compat.PROCESS_GROUP_HOOKS
+    assert ("method wrapper" in status) is (not _compat.PROCESS_GROUP_HOOKS)
+    assert capability("fault_tolerance") == "not implemented yet"
