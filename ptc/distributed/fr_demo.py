@@ -9,8 +9,6 @@ analysis behind ``ptc fr-trace`` names the culprit.  Everything runs on
 from __future__ import annotations
 
 import datetime
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +51,7 @@ def main() -> None:
     import torch.distributed as dist
 
     from ptc.distributed import fr_analysis
+    from ptc.distributed.processes import wait_then_kill
 
     dump_dir = tempfile.mkdtemp(prefix="ptc-fr-demo-")
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
@@ -64,18 +63,7 @@ def main() -> None:
         )  # fmt: skip
         for r in range(WORLD)
     ]
-    try:
-        deadline = time.monotonic() + DEADLINE_S
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()
+    wait_then_kill(procs, DEADLINE_S)
     print(f"dumps written by the ranks' recorders when the collective failed: {dump_dir}\n")
     print(fr_analysis.analyze(dump_dir).format())
     print(f"\nthe same with: ptc fr-trace {dump_dir}    (torch's own analyzer: torchfrtrace {dump_dir})")

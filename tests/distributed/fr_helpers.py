@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
+
+from ptc.distributed.processes import wait_then_kill
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "fr_worker.py"
@@ -70,18 +71,9 @@ def launch(
             ))  # fmt: skip
         if while_running is not None:
             while_running(procs, store)
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                p.wait(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                pass
+        wait_then_kill(procs, timeout)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+        wait_then_kill(procs, 0)  # after an error: reap what was started, at once
         for f in files:
             f.close()
     outputs = [log.read_text() for log in logs]
