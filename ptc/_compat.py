@@ -259,6 +259,37 @@ def native_reconfigure() -> bool:
 
 
 @_probe
+def gloo_reconfigure() -> bool:
+    """gloo process groups can be created unconnected and reconfigured (ProcessGroupGloo.reconfigure)."""
+    if not distributed():
+        return False
+    from torch._C._distributed_c10d import ProcessGroupGloo
+
+    return hasattr(ProcessGroupGloo, "reconfigure") and hasattr(ProcessGroupGloo, "get_reconfigure_handle")
+
+
+def gloo_process_group(store, rank: int, size: int, timeout, *, reconfigurable: bool = False):
+    """A ``ProcessGroup`` with one gloo backend, built without touching c10d's
+    registry of groups (so it is never the default group and ``new_group``
+    counters are untouched).
+
+    ``reconfigurable=True`` (needs :func:`gloo_reconfigure`) creates it
+    unconnected: it must be ``reconfigure``d before its first collective.
+    Otherwise it connects to its ``size - 1`` peers through ``store`` now.
+    """
+    from torch._C._distributed_c10d import ProcessGroup, ProcessGroupGloo
+
+    if reconfigurable:
+        backend = ProcessGroupGloo(store, rank, size, timeout, enable_reconfigure=True)
+    else:
+        backend = ProcessGroupGloo(store, rank, size, timeout)
+    pg = ProcessGroup(store, rank, size)
+    pg._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, backend)
+    pg._set_default_backend(ProcessGroup.BackendType.GLOO)
+    return pg
+
+
+@_probe
 def process_group_hooks() -> bool:
     """process groups take Python pre/post collective hooks (ProcessGroup.register_pre_hook)."""
     if not distributed():

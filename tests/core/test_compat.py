@@ -20,6 +20,7 @@ GROUND_TRUTH = {
         "INDUCTOR_CHOICES_HOOK": True,
         "DISTRIBUTED": True,
         "NATIVE_RECONFIGURE": False,
+        "GLOO_RECONFIGURE": False,
         "PROCESS_GROUP_HOOKS": False,
     },
     "2.14.1": {
@@ -35,6 +36,7 @@ GROUND_TRUTH = {
         "INDUCTOR_CHOICES_HOOK": True,
         "DISTRIBUTED": True,
         "NATIVE_RECONFIGURE": True,
+        "GLOO_RECONFIGURE": True,
         "PROCESS_GROUP_HOOKS": True,
     },
 }

@@ -1,0 +1,742 @@
+"""Fault-tolerant process groups: survive a failed worker without restarting.
+
+A :class:`FaultTolerantGroup` is one worker's membership in a job whose
+members can fail and join while the others keep going::
+
+    ft = init_fault_tolerant(coordinator="10.0.0.5:29600", worker_id=3, world_size=4)
+    while training:
+        try:
+            ft.allreduce(grads)               # like dist.all_reduce on the group
+        except PeerFailure as failure:        # a RuntimeError naming the failed ranks
+            ft.recover()                      # next generation: survivors (+ joiners), connected
+            ...                               # redo the step (ptc.distributed.Trainer does all this)
+
+Semantics, per call of a collective in generation ``g``:
+
+* it either completes on this worker exactly like the plain c10d collective
+  on the group's current process group, or raises :class:`PeerFailure`
+  (``ranks``: the failed members' ranks in ``g``; ``generation``: ``g``);
+* it never waits longer than it takes the coordinator to see a failure:
+  a crashed worker at once (its connection closes), a hung one after
+  ``heartbeat_timeout``; the coordinator then forms generation ``g + 1``
+  and every member blocked in a collective of ``g`` is released, whether
+  or not it exchanged data with the dead worker;
+* collectives work on private copies, so an abandoned collective can never
+  write into a caller's tensor later.
+
+:meth:`FaultTolerantGroup.recover` moves to the newest generation: ranks are
+the members' positions in the coordinator's list (survivors keep their
+order, joiners come last), subgroups made with :meth:`subgroups` are
+rebuilt, and a Flight Recorder attached with ``flight_recorder=`` moves to
+the new generation.  Two engines do the reconnect:
+
+``native``  torch's gloo ``reconfigure`` (one process group object for the
+            whole job; about 1-3 ms);
+``rebuild`` a new gloo process group per generation on a store prefix of
+            its own; the abandoned ones are kept referenced until their
+            stuck worker threads have timed out (dropping one earlier
+            blocks until then).
+
+``engine="auto"`` takes ``native`` where torch has it
+(``ptc._compat.GLOO_RECONFIGURE``), else ``rebuild``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ptc import _compat
+from ptc.distributed import ft_wire
+from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
+
+
+class CoordinatorUnreachable(PtcError, ConnectionError):
+    """The coordinator (or the store that names it) could not be reached."""
+
+
+class MembershipRefused(PtcValueError):
+    """The coordinator refused this worker (duplicate id, wrong world size)."""
+
+
+class Fenced(PtcError, RuntimeError):
+    """This worker was declared failed (it was silent too long) and removed
+    from the group; it must :meth:`FaultTolerantGroup.rejoin`."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One membership of the group: ``members`` are worker ids in rank order."""
+
+    number: int
+    members: Tuple[int, ...]
+    failed: Tuple[int, ...] = ()
+    joined: Tuple[int, ...] = ()
+    reason: str = ""
+
+    def rank_of(self, worker: int) -> int:
+        return self.members.index(worker)
+
+
+# --- the connection to the coordinator ---------------------------------------
+
+
+class _Link:
+    """This worker's connection to the coordinator: heartbeats out,
+    membership news in, on a thread of its own."""
+
+    def __init__(self, address: str, hello: Dict[str, Any], *, heartbeat_interval: float, connect_timeout: float,
+                 on_news: Callable[[], None]) -> None:  # fmt: skip
+        host, port = ft_wire.parse_address(address)
+        self.address = address
+        deadline = time.monotonic() + connect_timeout
+        while True:
+            try:
+                self.sock = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise CoordinatorUnreachable(
+                        f"coordinator = {address!r}: not reachable within connect_timeout = {connect_timeout:g} s ({exc})"
+                    ) from None
+                time.sleep(0.05)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = ft_wire.LineReader()
+        ft_wire.send(self.sock, hello)
+        reply = ft_wire.recv_one(self.sock, self.reader, timeout=connect_timeout)
+        if reply is None:
+            self.sock.close()
+            raise CoordinatorUnreachable(f"coordinator = {address!r}: no answer to hello within {connect_timeout:g} s")
+        if reply.get("t") == "refused":
+            self.sock.close()
+            raise MembershipRefused(str(reply.get("error")))
+        self.store_port = int(reply["store_port"])
+        self.cond = threading.Condition()
+        self.announced: Optional[Generation] = None
+        self.go: Dict[int, List[str]] = {}
+        self.join_pending = False
+        self.fenced: Optional[str] = None
+        self.lost = False
+        self._on_news = on_news
+        self._interval = heartbeat_interval
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="ptc-ft-link", daemon=True)
+        self._thread.start()
+
+    def send(self, message: Dict[str, Any]) -> None:
+        with self._send_lock:
+            if not self._closed:
+                ft_wire.send(self.sock, message)
+
+    def _run(self) -> None:
+        import select
+
+        for message in self.reader.feed(b""):  # what arrived together with the welcome
+            self._receive(message)
+        next_beat = time.monotonic()
+        while not self._closed:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.send({"t": "hb"})
+                next_beat = now + self._interval
+            try:
+                readable, _, _ = select.select([self.sock], [], [], max(0.0, next_beat - time.monotonic()))
+            except (OSError, ValueError):
+                readable = [self.sock]
+            if not readable:
+                continue
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                with self.cond:
+                    if not self._closed and self.fenced is None:
+                        self.lost = True
+                    self.cond.notify_all()
+                if not self._closed:
+                    self._on_news()
+                return
+            for message in self.reader.feed(data):
+                self._receive(message)
+
+    def _receive(self, message: Dict[str, Any]) -> None:
+        kind = message.get("t")
+        with self.cond:
+            if kind == "gen":
+                self.announced = Generation(int(message["gen"]), tuple(message["members"]), tuple(message["failed"]),
+                                            tuple(message["joined"]), str(message.get("reason", "")))  # fmt: skip
+                self.join_pending = False
+            elif kind == "go":
+                self.go[int(message["gen"])] = list(message["handles"])
+            elif kind == "join_pending":
+                self.join_pending = True
+            elif kind == "fenced":
+                self.fenced = str(message.get("reason", "fenced"))
+            self.cond.notify_all()
+        if kind in ("gen", "fenced"):
+            self._on_news()
+
+    def close(self, leave: bool = True) -> None:
+        if leave:
+            self.send({"t": "leave"})
+        self._closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+# --- engines: how a generation's process group is connected --------------------
+
+
+class _NativeEngine:
+    """torch's gloo reconfigure: one process group for the whole job."""
+
+    name = "native"
+
+    def __init__(self, store: Any, worker_id: int, timeout: datetime.timedelta) -> None:
+        from torch._C._distributed_c10d import PrefixStore
+
+        self._timeout = timeout
+        self.pg = _compat.gloo_process_group(PrefixStore("ptc_ft/pg", store), worker_id, worker_id + 1, timeout,
+                                             reconfigurable=True)  # fmt: skip
+
+    def handle(self) -> str:
+        return self.pg.get_reconfigure_handle()
+
+    def connect(self, gen: int, rank: int, size: int, handles: List[str], timeout: datetime.timedelta) -> Any:
+        from torch._C._distributed_c10d import ReconfigureOptions
+
+        options = ReconfigureOptions()
+        options.uuid = gen
+        options.handles = list(handles)
+        options.timeout = timeout
+        self.pg.reconfigure(options).wait()
+        self.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
+        return self.pg
+
+
+class _RebuildEngine:
+    """A new gloo process group per generation; abandoned ones kept alive."""
+
+    name = "rebuild"
+
+    def __init__(self, store: Any, worker_id: int, timeout: datetime.timedelta) -> None:
+        self._store = store
+        self._timeout = timeout
+        self.pg: Any = None
+        self.graveyard: List[Tuple[float, Any]] = []
+
+    def handle(self) -> str:
+        return ""
+
+    def connect(self, gen: int, rank: int, size: int, handles: List[str], timeout: datetime.timedelta) -> Any:
+        from torch._C._distributed_c10d import PrefixStore
+
+        now = time.monotonic()
+        # a group abandoned longer ago than the collective timeout has no stuck thread left: dropping it is quick
+        horizon = self._timeout.total_seconds() + 5
+        self.graveyard = [(t, pg) for t, pg in self.graveyard if now - t < horizon]
+        pg = _compat.gloo_process_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
+        pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
+        if self.pg is not None:
+            self.graveyard.append((now, self.pg))
+        self.pg = pg
+        return pg
+
+
+# --- subgroups ------------------------------------------------------------------
+
+
+class Subgroup:
+    """A subgroup rebuilt in every generation from ``split(world_size)``.
+
+    ``pg`` is this worker's subgroup in the current generation (None when the
+    split leaves this rank out); ``ranks`` its members' ranks in the group.
+    Use it through :meth:`FaultTolerantGroup.allreduce` and friends with
+    ``group=subgroup``.
+    """
+
+    def __init__(self, index: int, split: Callable[[int], Sequence[Sequence[int]]]) -> None:
+        self.index = index
+        self.split = split
+        self.pg: Any = None
+        self.ranks: Tuple[int, ...] = ()
+        self.generation = 0
+
+    def _partition(self, size: int) -> List[List[int]]:
+        parts = self.split(size)
+        seen: Dict[int, int] = {}
+        result = []
+        for i, part in enumerate(parts):
+            part = [int(r) for r in part]
+            for r in part:
+                if not 0 <= r < size:
+                    raise PtcValueError(f"subgroups split: rank {r} of part {i} is outside 0..{size - 1}")
+                if r in seen:
+                    raise PtcValueError(f"subgroups split: rank {r} is in parts {seen[r]} and {i}")
+                seen[r] = i
+            result.append(part)
+        return result
+
+
+# --- the group ------------------------------------------------------------------
+
+
+class FaultTolerantGroup:
+    """This worker's handle on a fault-tolerant job (see the module docstring).
+
+    Build it with :func:`init_fault_tolerant`.  ``rank``/``size`` are those of
+    the current generation, ``worker_id`` is stable for the process's life.
+    """
+
+    def __init__(
+        self,
+        coordinator: str,
+        worker_id: int,
+        world_size: Optional[int] = None,
+        *,
+        heartbeat_interval: float = 0.1,
+        timeout: float = 60.0,
+        reconfigure_timeout: float = 5.0,
+        join_timeout: float = 60.0,
+        connect_timeout: float = 30.0,
+        engine: str = "auto",
+        flight_recorder: Any = None,
+        job: str = "default",
+    ) -> None:
+        if isinstance(worker_id, bool) or not isinstance(worker_id, int) or worker_id < 0:
+            raise PtcValueError(f"worker_id = {worker_id!r}: expected an int >= 0 (a unique id per worker process)")
+        if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+            raise PtcValueError(f"world_size = {world_size!r}: expected an int >= 1")
+        for name, value in (("heartbeat_interval", heartbeat_interval), ("timeout", timeout),
+                            ("reconfigure_timeout", reconfigure_timeout), ("join_timeout", join_timeout),
+                            ("connect_timeout", connect_timeout)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise PtcValueError(f"{name} = {value!r}: expected seconds > 0")
+        if engine not in ("auto", "native", "rebuild"):
+            raise PtcValueError(f"engine = {engine!r}: expected 'auto', 'native' or 'rebuild'")
+        if engine == "native" and not _compat.GLOO_RECONFIGURE:
+            from ptc.errors import FeatureUnavailable
+
+            raise FeatureUnavailable("engine='native' needs torch's gloo reconfigure", requirement="GLOO_RECONFIGURE")
+        if not _compat.DISTRIBUTED:
+            from ptc.errors import FeatureUnavailable
+
+            raise FeatureUnavailable("torch.distributed is not built in", requirement="DISTRIBUTED")
+        self.worker_id = worker_id
+        self.coordinator = coordinator
+        self.job = job
+        self._world_size = world_size
+        self._heartbeat_interval = float(heartbeat_interval)
+        self._timeout = datetime.timedelta(seconds=timeout)
+        self._reconfigure_timeout = datetime.timedelta(seconds=reconfigure_timeout)
+        self._join_timeout = float(join_timeout)
+        self._connect_timeout = float(connect_timeout)
+        self._engine_name = ("native" if _compat.GLOO_RECONFIGURE else "rebuild") if engine == "auto" else engine
+        self._waiters: "set[threading.Event]" = set()
+        self._waiters_lock = threading.Lock()
+        self._subgroups: List[Subgroup] = []
+        self._recorder = flight_recorder
+        self._recorder_attached = False
+        self.generation: Optional[Generation] = None
+        self.previous: Optional[Generation] = None
+        self.rejoined = False
+        self.closed = False
+        self._link = self._connect(world_size)
+        self._store = self._make_store()
+        self._engine = (_NativeEngine if self._engine_name == "native" else _RebuildEngine)(
+            self._store, worker_id, self._timeout
+        )
+        self.recover(timeout=self._join_timeout)
+
+    # --- membership ----------------------------------------------------------
+
+    def _connect(self, world_size: Optional[int]) -> _Link:
+        hello = {"t": "hello", "worker": self.worker_id, "pid": os.getpid(), "world": world_size, "job": self.job}
+        return _Link(self.coordinator, hello, heartbeat_interval=self._heartbeat_interval,
+                     connect_timeout=self._connect_timeout, on_news=self._wake_waiters)  # fmt: skip
+
+    def _make_store(self) -> Any:
+        import torch.distributed as dist
+
+        host, _ = ft_wire.parse_address(self.coordinator)
+        return dist.TCPStore(host, self._link.store_port, is_master=False,
+                             timeout=datetime.timedelta(seconds=self._connect_timeout))  # fmt: skip
+
+    @property
+    def engine(self) -> str:
+        """``"native"`` or ``"rebuild"``: how generations are connected."""
+        return self._engine_name
+
+    @property
+    def rank(self) -> int:
+        """This worker's rank in the current generation."""
+        return self._current().rank_of(self.worker_id)
+
+    @property
+    def size(self) -> int:
+        """How many members the current generation has."""
+        return len(self._current().members)
+
+    @property
+    def pg(self) -> Any:
+        """The current generation's c10d process group (collectives on it
+        directly are not abortable; prefer this object's methods)."""
+        self._current()
+        return self._engine.pg
+
+    @property
+    def join_pending(self) -> bool:
+        """A worker waits to join; call :meth:`grow` at a step boundary that
+        every member agrees on (the Trainer votes on it with the gradients)."""
+        return self._link.join_pending
+
+    def _current(self) -> Generation:
+        if self.generation is None:
+            raise PtcError("the group has no generation yet")
+        return self.generation
+
+    def _wake_waiters(self) -> None:
+        with self._waiters_lock:
+            for event in self._waiters:
+                event.set()
+        link = getattr(self, "_link", None)  # news can arrive while __init__ is still connecting
+        news = None if link is None else link.announced
+        if news is not None and news.failed and self._recorder is not None and self.generation is not None:
+            threading.Thread(target=self._dump_recorders, args=(news,), daemon=True).start()
+
+    def _dump_recorders(self, news: Generation) -> None:
+        from ptc.distributed import flight_recorder as fr
+
+        try:
+            fr.dump_all(f"ptc fault tolerance: worker(s) {list(news.failed)} failed; generation {news.number}")
+        except Exception:  # noqa: BLE001 - a dump must never break recovery
+            pass
+
+    def stale(self) -> bool:
+        """True when the coordinator formed a newer generation (this one is aborted)."""
+        news = self._link.announced
+        return (self._link.fenced is not None or self._link.lost
+                or (news is not None and self.generation is not None and news.number > self.generation.number))  # fmt: skip
+
+    def _failure(self, detail: str) -> PeerFailure:
+        """The PeerFailure for the current generation, naming the failed ranks
+        (waits briefly for the coordinator's verdict when it is not in yet)."""
+        gen = self._current()
+        if self._link.fenced is not None:
+            return Fenced(f"worker {self.worker_id} was fenced: {self._link.fenced}; call rejoin()")  # type: ignore[return-value]
+        if not self.stale() and not self._link.lost:
+            self._link.send({"t": "fail", "gen": gen.number, "err": detail[:300]})
+            with self._link.cond:
+                self._link.cond.wait_for(self.stale, timeout=self._heartbeat_interval * 20 + 2)
+        news = self._link.announced
+        failed: Sequence[int] = ()
+        if news is not None and news.number > gen.number:
+            failed = [gen.rank_of(w) for w in news.failed if w in gen.members]
+        if self._link.lost:
+            detail = f"the coordinator at {self.coordinator} is gone, fault tolerance is off; {detail}"
+        self._event("peer_failure", gen=gen.number, failed_ranks=list(failed), detail=detail[:200])
+        return PeerFailure(failed, gen.number, detail)
+
+    def recover(self, timeout: Optional[float] = None) -> Generation:
+        """Move to the newest generation and connect it; returns it.
+
+        Blocks until the coordinator has formed a generation newer than the
+        current one that includes this worker, every member is ready, and
+        the new process group is connected (a member failing meanwhile just
+        restarts this with the next generation).  Raises :class:`Fenced` if
+        this worker was removed, ``PtcError`` after ``timeout`` seconds
+        (default ``join_timeout``) without a generation.
+        """
+        deadline = time.monotonic() + (self._join_timeout if timeout is None else timeout)
+        link = self._link
+        while True:
+            with link.cond:
+                known = self.generation.number if self.generation is not None else 0
+                ok = link.cond.wait_for(
+                    lambda: link.fenced is not None or link.lost or (link.announced is not None and link.announced.number > known),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
+                news = link.announced
+            if link.fenced is not None:
+                raise Fenced(f"worker {self.worker_id} was fenced: {link.fenced}; call rejoin()")
+            if link.lost:
+                raise PeerFailure((), known, f"the coordinator at {self.coordinator} is gone; the group cannot recover")
+            if not ok or news is None:
+                raise PtcError(f"no new generation within {timeout if timeout is not None else self._join_timeout:g} s "
+                               f"(coordinator {self.coordinator}); too few workers alive?")  # fmt: skip
+            if self.worker_id not in news.members:
+                raise Fenced(f"worker {self.worker_id} is not a member of generation {news.number}; call rejoin()")
+            started = time.monotonic()
+            link.send({"t": "ready", "gen": news.number, "handle": self._engine.handle()})
+            with link.cond:
+                link.cond.wait_for(lambda: news.number in link.go or self._superseded(news) or link.fenced is not None
+                                   or link.lost, timeout=max(0.0, deadline - time.monotonic()))  # fmt: skip
+                handles = link.go.get(news.number)
+            if handles is None:
+                if time.monotonic() >= deadline and not self._superseded(news):
+                    raise PtcError(f"generation {news.number} did not become ready within the join timeout")
+                continue  # superseded, fenced or lost: loop decides
+            rank = news.rank_of(self.worker_id)
+            try:
+                new_pg = self._engine.connect(news.number, rank, len(news.members), handles, self._reconfigure_timeout)
+                self._connect_subgroups(news)
+            except Exception as exc:  # noqa: BLE001 - a member died mid-connect: report, take the next generation
+                if not self._superseded(news):
+                    link.send({"t": "fail", "gen": news.number, "err": f"connect: {exc}"[:300]})
+                continue
+            old_pg = getattr(self, "_last_pg", None)
+            self.previous, self.generation = self.generation, news
+            self._last_pg = new_pg
+            self._move_recorder(old_pg, new_pg, news)
+            self._event("reconfigured", gen=news.number, rank=rank, size=len(news.members),
+                        dt_ms=round((time.monotonic() - started) * 1000, 2), engine=self.engine)  # fmt: skip
+            return news
+
+    def _superseded(self, news: Generation) -> bool:
+        latest = self._link.announced
+        return latest is not None and latest.number > news.number
+
+    def grow(self) -> Generation:
+        """Admit the waiting workers now; every member must call this at the
+        same point (a step boundary they agreed on)."""
+        self._link.send({"t": "grow", "gen": self._current().number})
+        return self.recover()
+
+    def rejoin(self) -> Generation:
+        """After :class:`Fenced`: reconnect to the coordinator as a joiner and
+        wait to be admitted (the members grow the group at a step boundary)."""
+        self._link.close(leave=False)
+        self._link = self._connect(None)
+        self.rejoined = True
+        self.previous = self.generation = None
+        return self.recover()
+
+    def _connect_subgroups(self, news: Generation) -> None:
+        from torch._C._distributed_c10d import PrefixStore
+
+        rank, size = news.rank_of(self.worker_id), len(news.members)
+        for sub in self._subgroups:
+            sub.pg, sub.ranks, sub.generation = None, (), news.number
+            for i, part in enumerate(sub._partition(size)):
+                if rank in part:
+                    store = PrefixStore(f"ptc_ft/g{news.number}/sub{sub.index}/{i}", self._store)
+                    sub.pg = _compat.gloo_process_group(store, part.index(rank), len(part), self._reconfigure_timeout)
+                    sub.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
+                    sub.ranks = tuple(part)
+
+    def subgroups(self, split: Callable[[int], Sequence[Sequence[int]]]) -> Subgroup:
+        """Declare subgroups, rebuilt in every generation.
+
+        ``split(world_size)`` returns disjoint lists of ranks (e.g.
+        ``lambda n: [list(range(i, min(i + 2, n))) for i in range(0, n, 2)]``
+        pairs neighbours); the returned :class:`Subgroup` is this worker's
+        part.  Every member must declare the same subgroups in the same order.
+        """
+        if not callable(split):
+            raise PtcTypeError(f"split: expected a callable world_size -> list of rank lists, got {type(split).__name__}")
+        sub = Subgroup(len(self._subgroups), split)
+        sub._partition(self.size)  # validate now, with a clear error
+        self._subgroups.append(sub)
+        try:
+            self._connect_subgroups(self._current())
+        except Exception:
+            self._subgroups.pop()
+            raise
+        return sub
+
+    # --- flight recorder -------------------------------------------------------
+
+    def _move_recorder(self, old_pg: Any, new_pg: Any, news: Generation) -> None:
+        recorder = self._recorder
+        if recorder is None:
+            return
+        ranks = list(news.members)
+        if not self._recorder_attached:
+            recorder.attach(new_pg, name=f"ptc_ft.{self.job}", desc="ptc fault-tolerant group", ranks=ranks,
+                            generation=news.number)  # fmt: skip
+            self._recorder_attached = True
+        elif old_pg is new_pg:
+            recorder.on_reconfigure(news.number, group=new_pg, ranks=ranks)
+        else:
+            recorder.on_reconfigure(news.number, group=old_pg, new_group=new_pg, ranks=ranks)
+
+    # --- collectives -------------------------------------------------------------
+
+    def _run(self, what: str, issue: Callable[[Any], Any], group: Optional[Subgroup] = None) -> None:
+        gen = self._current()
+        if self.stale():
+            raise self._failure(f"{what}: generation {gen.number} was aborted")
+        pg = self._engine.pg if group is None else group.pg
+        if pg is None:
+            raise PtcValueError(f"group: this rank is not in any part of subgroup {group.index}")  # type: ignore[union-attr]
+        event = threading.Event()
+        with self._waiters_lock:
+            self._waiters.add(event)
+        try:
+            try:
+                work = issue(pg)
+            except RuntimeError as exc:
+                raise self._failure(f"{what}: {exc}") from None
+            future = work.get_future()
+            if not future.done():
+                # the future, not work.is_completed(), is what the done-callback follows
+                future.add_done_callback(lambda _f: event.set())
+                limit = time.monotonic() + self._timeout.total_seconds() + 10
+                while not future.done():
+                    if self.stale():
+                        raise self._failure(f"{what}: aborted, generation {gen.number} was replaced")
+                    if time.monotonic() > limit:
+                        raise self._failure(f"{what}: not completed within the timeout")
+                    event.wait(timeout=0.5)
+                    event.clear()
+            try:
+                work.wait()
+            except RuntimeError as exc:
+                raise self._failure(f"{what}: {exc}") from None
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(event)
+
+    def allreduce(self, tensor: torch.Tensor, op: str = "sum", *, group: Optional[Subgroup] = None) -> torch.Tensor:
+        """In place: ``tensor`` becomes the reduction over the members
+        (``op``: "sum", "max", "min", "product").  Raises PeerFailure."""
+        from torch.distributed import AllreduceOptions, ReduceOp
+
+        ops = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN, "product": ReduceOp.PRODUCT}
+        if op not in ops:
+            raise PtcValueError(f"op = {op!r}: expected one of {sorted(ops)}")
+        buffer = tensor.detach().clone()
+        options = AllreduceOptions()
+        options.reduceOp = ops[op]
+        self._run("allreduce", lambda pg: pg.allreduce([buffer], options), group)
+        tensor.copy_(buffer)
+        return tensor
+
+    def _allreduce_owned(self, buffer: torch.Tensor) -> None:
+        """Sum-allreduce a buffer nobody else will touch (no copies)."""
+        self._run("allreduce", lambda pg: pg.allreduce([buffer]))
+
+    def broadcast(self, tensor: torch.Tensor, src: int, *, group: Optional[Subgroup] = None) -> torch.Tensor:
+        """In place: every member's ``tensor`` becomes rank ``src``'s."""
+        from torch.distributed import BroadcastOptions
+
+        buffer = tensor.detach().clone()
+        options = BroadcastOptions()
+        options.rootRank = int(src)
+        options.rootTensor = 0
+        self._run("broadcast", lambda pg: pg.broadcast([buffer], options), group)
+        tensor.copy_(buffer)
+        return tensor
+
+    def barrier(self) -> None:
+        """Wait until every member arrives (an allreduce of one element)."""
+        self._allreduce_owned(torch.zeros(1))
+
+    # --- events and shutdown -------------------------------------------------------
+
+    def _event(self, name: str, **data: Any) -> None:
+        self._link.send({"t": "event", "name": name, "data": data})
+
+    def event(self, name: str, **data: Any) -> None:
+        """Log a timeline event at the coordinator (one clock for all workers)."""
+        self._event(name, **data)
+
+    def close(self) -> None:
+        """Leave the job cleanly (the coordinator does not count it as a failure)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._link.close(leave=True)
+
+    def __enter__(self) -> "FaultTolerantGroup":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        gen = self.generation
+        where = f"generation {gen.number}, rank {self.rank} of {self.size}" if gen else "not connected"
+        return f"FaultTolerantGroup(worker {self.worker_id}, {where}, engine {self.engine})"
+
+
+def init_fault_tolerant(
+    coordinator: Optional[str] = None,
+    *,
+    worker_id: Optional[int] = None,
+    world_size: Optional[int] = None,
+    store: Any = None,
+    **options: Any,
+) -> FaultTolerantGroup:
+    """Join (or start) a fault-tolerant job and connect its first generation.
+
+    Where the coordinator is, in order: ``coordinator="host:port"``; the
+    ``PTC_FT_COORDINATOR`` environment variable; else a coordinator found
+    through (or started from) a bootstrap ``store`` -- the one given, or the
+    ``torchrun`` store named by ``MASTER_ADDR``/``MASTER_PORT``.  In that
+    case the first worker to arrive starts a detached coordinator process
+    (it outlives that worker and exits once the job is idle) and publishes
+    its address in the store.  ``worker_id`` and ``world_size`` default to
+    ``RANK`` and ``WORLD_SIZE`` from the environment (as torchrun sets them).
+    Other keyword arguments go to :class:`FaultTolerantGroup`.
+    """
+    if worker_id is None:
+        worker_id = _env_int("RANK", "worker_id")
+    if world_size is None and "WORLD_SIZE" in os.environ:
+        world_size = _env_int("WORLD_SIZE", "world_size")
+    if coordinator is None:
+        coordinator = os.environ.get("PTC_FT_COORDINATOR")
+    if coordinator is None:
+        coordinator = _coordinator_from_store(store, worker_id, world_size, str(options.get("job", "default")),
+                                              float(options.get("connect_timeout", 30.0)))  # fmt: skip
+    return FaultTolerantGroup(coordinator, worker_id, world_size, **options)
+
+
+def _env_int(name: str, argument: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise PtcValueError(f"{argument}: not given and ${name} is not set (pass {argument}= or launch with torchrun)")
+    try:
+        return int(value)
+    except ValueError:
+        raise PtcValueError(f"{argument}: ${name} = {value!r} is not an int") from None
+
+
+def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int], job: str, timeout: float) -> str:
+    import torch.distributed as dist
+
+    if store is None:
+        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if not host or not port:
+            raise PtcValueError(
+                "coordinator: not given, $PTC_FT_COORDINATOR is unset, and there is no store "
+                "(pass coordinator='host:port', store=, or launch with torchrun)"
+            )
+        try:
+            store = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout))
+        except Exception as exc:  # noqa: BLE001 - report which store, whatever c10d raised
+            raise CoordinatorUnreachable(f"store {host}:{port} (MASTER_ADDR/MASTER_PORT): {exc}") from None
+    from ptc.distributed.coordinator import spawn_detached
+
+    key = f"ptc_ft/{job}/coordinator"
+    claim = store.compare_set(f"ptc_ft/{job}/spawner", "", str(worker_id))
+    if claim == str(worker_id).encode():
+        host = os.environ.get("PTC_FT_COORDINATOR_HOST", "127.0.0.1")
+        spawn_detached(store, key, host=host, world_size=world_size)
+    try:
+        store.wait([key], datetime.timedelta(seconds=timeout))
+    except Exception as exc:  # noqa: BLE001
+        raise CoordinatorUnreachable(f"no coordinator address appeared in the store under {key!r}: {exc}") from None
+    return store.get(key).decode()

@@ -1,0 +1,279 @@
+"""Fault-tolerant data-parallel training on a :class:`FaultTolerantGroup`.
+
+A few lines turn an existing loop into one that survives crashed, hung and
+joining workers::
+
+    ft = init_fault_tolerant()                       # see ft_group
+    trainer = Trainer(ft, model, optimizer)          # or Trainer(..., ddp=True) and use trainer.model
+    while trainer.step < total_steps:
+        trainer.run_step(lambda info: loss_fn(trainer.model(batch(info.step, info.worker_id))).backward())
+
+:meth:`Trainer.run_step` is equivalent to the following, where every
+collective may raise PeerFailure::
+
+    while True:
+        if needs_sync: sync_state()          # after every generation change
+        optimizer.zero_grad(); compute(info)  # local forward + backward
+        flat = [*grads, vote=1, join_pending, step]
+        allreduce(flat)                       # one collective carries gradients and the vote
+        if sum(vote) == size and sum(step) == size * step:  # every member contributed to this very step
+            grads = flat_grads / size; optimizer.step(); step += 1
+        if sum(join_pending): grow()          # every member saw the same sum: same step boundary
+        return
+    # on PeerFailure: recover() (or rejoin() when fenced), needs_sync = True, and the same step again
+
+Commit rule: a member applies step ``s`` only if its allreduce of ``s``
+completed, which means every member of the generation contributed the same
+step; a member whose allreduce failed does not apply it.  Both can happen in
+one failure (the collective finished on some ranks before the peer died), so
+after every generation change :meth:`Trainer.sync_state` makes the state
+identical: among the members that were in the previous generation, the
+lowest-ranked one with the most committed steps is the source, and if any
+member's step or state checksum differs, the source broadcasts its model,
+optimizer and step to all (a joiner always receives it).  A committed step
+is therefore never lost, and no step is applied by some members only.  A
+worker that was fenced (declared hung) and comes back rejoins as a new
+member and takes the group's state, even if it had applied a step the others
+abandoned.  Afterwards the state checksums are compared again: they must be
+equal on every member (checked, :class:`StateDivergence` otherwise).
+
+With ``ddp=True`` the model is wrapped in torch's ``DistributedDataParallel``
+on a process-local group, with a communication hook that runs each gradient
+bucket's allreduce on the fault-tolerant group (the last bucket carries the
+vote); a crash inside the gradient allreduce makes the hook return the
+local gradients and the step is not committed, so backward never fails.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from ptc.distributed.ft_group import FaultTolerantGroup, Fenced
+from ptc.errors import PeerFailure, PtcError, PtcTypeError
+
+
+class StateDivergence(PtcError, RuntimeError):
+    """Members' states differ after a synchronisation (a bug, never expected)."""
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What ``compute`` gets: the step to compute and who computes it."""
+
+    step: int
+    rank: int
+    size: int
+    worker_id: int
+    generation: int
+
+
+def state_checksum(tensors: List[torch.Tensor], step: int) -> int:
+    """CRC32 over the bytes of ``tensors`` and ``step``: equal iff bit-identical (up to CRC collisions)."""
+    crc = zlib.crc32(int(step).to_bytes(8, "little", signed=True))
+    for t in tensors:
+        t = t.detach().contiguous().cpu()
+        crc = zlib.crc32(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", crc)
+    return crc
+
+
+class Trainer:
+    """Fault-tolerant training steps for ``model`` and ``optimizer`` on ``group``.
+
+    ``step`` counts committed steps.  ``history`` lists, per committed step,
+    ``(step, generation, members)`` (worker ids whose gradients were averaged),
+    which is enough to replay the run in one process.
+    """
+
+    def __init__(self, group: FaultTolerantGroup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                 ddp: bool = False) -> None:  # fmt: skip
+        if not isinstance(group, FaultTolerantGroup):
+            raise PtcTypeError(f"group: expected a FaultTolerantGroup, got {type(group).__name__}")
+        if not isinstance(model, torch.nn.Module):
+            raise PtcTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise PtcTypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        self.group = group
+        self.module = model
+        self.optimizer = optimizer
+        self.step = 0
+        self.history: List[tuple] = []
+        self.syncs: List[Dict[str, Any]] = []
+        self._needs_sync = True
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._hook_failure: Optional[BaseException] = None
+        self._hook_flags: Optional[torch.Tensor] = None
+        self.model: torch.nn.Module = self._wrap_ddp(model) if ddp else model
+
+    # --- state ---------------------------------------------------------------
+
+    def _state_tensors(self) -> List[torch.Tensor]:
+        tensors = list(self.module.state_dict().values())
+        for state in self.optimizer.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        return tensors
+
+    def checksum(self) -> int:
+        """This member's state checksum (model, optimizer state, step)."""
+        return state_checksum(self._state_tensors(), self.step)
+
+    def sync_state(self) -> None:
+        """Make every member's state equal to the source's (see the module docstring)."""
+        ft = self.group
+        gen = ft._current()
+        continuing = ft.previous is not None and self.group.worker_id in ft.previous.members
+        big = 1 << 40
+        crc = self.checksum()
+        mine = self.step if continuing else -1
+        stats = torch.tensor([mine, -self.step, -(ft.rank if continuing else big), crc, -crc, self.step], dtype=torch.int64)
+        ft.allreduce(stats, "max")
+        best, low, source, crc_max, crc_min = int(stats[0]), -int(stats[1]), -int(stats[2]), int(stats[3]), -int(stats[4])
+        if source >= big:
+            source = 0  # nobody has a past: everyone starts fresh; take rank 0's
+        in_sync = crc_max == crc_min and low == int(stats[5]) and (best == -1 or best == low) and not gen.joined
+        moved = 0
+        if not in_sync:
+            moved = self._broadcast_state(source)
+        crc = self.checksum()
+        check = torch.tensor([crc, -crc], dtype=torch.int64)
+        ft.allreduce(check, "max")
+        if int(check[0]) != -int(check[1]):
+            raise StateDivergence(f"state checksums differ after synchronising generation {gen.number}")
+        self.syncs.append({"generation": gen.number, "source": source, "bytes": moved, "step": self.step})
+        ft.event("state_synced", gen=gen.number, source_rank=source, bytes=moved, step=self.step)
+        self._needs_sync = False
+
+    def _broadcast_state(self, source: int) -> int:
+        ft = self.group
+        payload = b""
+        if ft.rank == source:
+            buffer = io.BytesIO()
+            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step},
+                       buffer)  # fmt: skip
+            payload = buffer.getvalue()
+        length = torch.tensor([len(payload)], dtype=torch.int64)
+        ft.broadcast(length, source)
+        data = torch.zeros(int(length[0]), dtype=torch.uint8)
+        if ft.rank == source:
+            data.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+        ft.broadcast(data, source)
+        if ft.rank != source:
+            state = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
+            self.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.step = int(state["step"])
+        return int(length[0])
+
+    # --- steps -----------------------------------------------------------------
+
+    def run_step(self, compute: Callable[[StepInfo], Any]) -> int:
+        """Run ``compute`` (forward and backward) until the step is committed
+        by the group; returns the number of attempts it took."""
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                if self._needs_sync:
+                    self.sync_state()
+                if self._attempt(compute):
+                    return attempts
+            except Fenced:
+                self.group.event("fenced_rejoin", step=self.step)
+                self.group.rejoin()
+                self._needs_sync = True
+            except PeerFailure:
+                self._recover()
+
+    def _recover(self) -> None:
+        try:
+            self.group.recover()
+        except Fenced:
+            self.group.rejoin()
+        self._needs_sync = True
+
+    def _attempt(self, compute: Callable[[StepInfo], Any]) -> bool:
+        ft = self.group
+        gen = ft._current()
+        info = StepInfo(self.step, ft.rank, ft.size, ft.worker_id, gen.number)
+        self.optimizer.zero_grad(set_to_none=False)
+        for p in self._params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._hook_failure, self._hook_flags = None, None
+        compute(info)
+        flags = torch.tensor([1.0, 1.0 if ft.join_pending else 0.0, float(self.step)], dtype=torch.float64)
+        if self.model is self.module:
+            grads = [p.grad.reshape(-1).to(torch.float64) for p in self._params]
+            flat = torch.cat(grads + [flags])
+            ft._allreduce_owned(flat)
+            total = flat[-3:]
+            offset = 0
+            for p in self._params:
+                n = p.numel()
+                p.grad.copy_(flat[offset:offset + n].view_as(p.grad) / ft.size)
+                offset += n
+        else:
+            if self._hook_failure is not None:
+                raise self._hook_failure
+            if self._hook_flags is None:
+                raise PtcError("ddp=True: the gradient hook did not run for the last bucket (no parameter got a gradient?)")
+            total = self._hook_flags
+        votes, join, steps = float(total[0]), float(total[1]), float(total[2])
+        committed = votes == ft.size and steps == ft.size * self.step
+        if committed:
+            self.optimizer.step()
+            self.history.append((self.step, gen.number, tuple(gen.members)))
+            self.step += 1
+        else:
+            self._needs_sync = True
+        if join > 0:
+            ft.grow()
+            self._needs_sync = True
+        return committed
+
+    # --- DDP -------------------------------------------------------------------
+
+    def _wrap_ddp(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed import HashStore
+        from torch.nn.parallel import DistributedDataParallel
+
+        from ptc import _compat
+
+        import datetime
+
+        local = _compat.gloo_process_group(HashStore(), 0, 1, datetime.timedelta(seconds=60))
+        ddp = DistributedDataParallel(model, process_group=local)
+        ddp.register_comm_hook(self, _ft_comm_hook)
+        self._local_pg = local
+        return ddp
+
+
+def _ft_comm_hook(trainer, bucket):  # no annotations: DDP checks them against its own types
+    """DDP communication hook: each bucket is averaged over the fault-tolerant
+    group; the last bucket carries the vote.  After a failure the remaining
+    buckets keep their local gradients (the step will not be committed)."""
+    ft = trainer.group
+    buffer = bucket.buffer()
+    future: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
+    if trainer._hook_failure is None:
+        last = bucket.is_last()
+        parts = [buffer.to(torch.float64)]
+        if last:
+            parts.append(torch.tensor([1.0, 1.0 if ft.join_pending else 0.0, float(trainer.step)], dtype=torch.float64))
+        flat = torch.cat(parts)
+        try:
+            ft._allreduce_owned(flat)
+        except (PeerFailure, Fenced) as failure:
+            trainer._hook_failure = failure
+        else:
+            n = buffer.numel()
+            buffer.copy_(flat[:n] / ft.size)
+            if last:
+                trainer._hook_flags = flat[n:].clone()
+    future.set_result(buffer)
+    return future
