@@ -120,6 +120,8 @@ class Coordinator:
         self._ready: Dict[int, str] = {}
         self._joiners: List[int] = []
         self._held: Optional[Dict[str, Any]] = None  # a generation waiting for min_workers
+        self._suspect: Optional[tuple] = None  # (generation, reporter, deadline) of a reported failure
+        self.fail_grace = min(0.2, self.heartbeat_timeout / 2)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.history: List[Dict[str, Any]] = []
@@ -151,7 +153,7 @@ class Coordinator:
     def serve(self, *, exit_when_idle: Optional[float] = None) -> None:
         """Run the event loop until :meth:`stop` (or, with ``exit_when_idle``,
         until no worker was connected for that many seconds after the first came)."""
-        tick = min(0.05, self.heartbeat_timeout / 4)
+        tick = min(0.02, self.heartbeat_timeout / 4)
         idle_since: Optional[float] = None
         seen_any = False
         while not self._stop.is_set():
@@ -161,6 +163,7 @@ class Coordinator:
                 else:
                     self._read(key.data)
             self._check_heartbeats()
+            self._check_suspect()
             if exit_when_idle is not None:
                 seen_any = seen_any or bool(self._conns)
                 if self._conns or not seen_any:
@@ -240,6 +243,19 @@ class Coordinator:
             survivors = [m for m in self.members if m in self._workers]
             self._form(survivors + self._joiners, failed=[worker], reason=f"worker {worker} failed: {why}")
 
+    def _check_suspect(self) -> None:
+        """A reported failure nobody's liveness explained within ``fail_grace``: reconnect the same members."""
+        if self._suspect is None:
+            return
+        gen, worker, deadline = self._suspect
+        if gen != self.generation:
+            self._suspect = None  # already replaced (the liveness check found the culprit)
+        elif time.monotonic() >= deadline:
+            self._suspect = None
+            alive = [m for m in self.members if m in self._workers]
+            self._form(alive + self._joiners, failed=[m for m in self.members if m not in alive],
+                       reason=f"worker {worker} reported a failed collective")  # fmt: skip
+
     def _check_heartbeats(self) -> None:
         now = time.monotonic()
         for worker, conn in list(self._workers.items()):
@@ -266,10 +282,10 @@ class Coordinator:
         elif kind == "fail":
             gen = int(message["gen"])
             self._event("collective_failed", worker=worker, gen=gen, err=str(message.get("err", ""))[:300])
-            if gen == self.generation and worker in self.members:
-                alive = [m for m in self.members if m in self._workers]
-                self._form(alive + self._joiners, failed=[m for m in self.members if m not in alive],
-                           reason=f"worker {worker} reported a failed collective")  # fmt: skip
+            if gen == self.generation and worker in self.members and self._suspect is None:
+                # The reporter's transport often sees a crash a few ms before our connection does: give the
+                # liveness check a moment to name the dead worker before re-forming the same members.
+                self._suspect = (gen, worker, time.monotonic() + self.fail_grace)
         elif kind == "grow":
             gen = int(message["gen"])
             if gen == self.generation and worker in self.members:
@@ -364,12 +380,17 @@ def spawn_detached(bootstrap_store: Any, key: str, *, host: str = "127.0.0.1", w
 
     The process is not a child that dies with its parent: it outlives the
     worker that started it, and exits by itself once no worker has been
-    connected for ``idle_exit`` seconds.
+    connected for ``idle_exit`` seconds (``$PTC_FT_COORDINATOR_IDLE_EXIT``
+    overrides it; ``$PTC_FT_COORDINATOR_PIDFILE`` names a file that receives
+    its PID, for whoever has to clean up).
     """
+    idle_exit = float(os.environ.get("PTC_FT_COORDINATOR_IDLE_EXIT", idle_exit))
     args = [sys.executable, "-m", "ptc.distributed.coordinator", "--host", host,
             "--heartbeat-timeout", str(heartbeat_timeout), "--idle-exit", str(idle_exit), "--print-address"]  # fmt: skip
     if world_size is not None:
         args += ["--world-size", str(world_size)]
+    if os.environ.get("PTC_FT_COORDINATOR_PIDFILE"):
+        args += ["--pid-file", os.environ["PTC_FT_COORDINATOR_PIDFILE"]]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.stdout is not None
@@ -394,7 +415,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--idle-exit", type=float, default=None, help="exit after this many idle seconds")
     parser.add_argument("--log", default=None, help="JSON lines timeline")
     parser.add_argument("--print-address", action="store_true")
+    parser.add_argument("--pid-file", default=None, help="write this process's PID here")
     args = parser.parse_args(argv)
+    if args.pid_file:
+        with open(args.pid_file, "w") as f:
+            f.write(str(os.getpid()))
     coordinator = Coordinator(args.host, args.port, world_size=args.world_size, heartbeat_timeout=args.heartbeat_timeout,
                               min_workers=args.min_workers, log=args.log)  # fmt: skip
     print(coordinator.address if args.print_address else f"ptc coordinator at {coordinator.address}", flush=True)

@@ -269,7 +269,12 @@ def _root(args: tuple, kwargs: dict, index: int) -> int:
 
 
 def _inputs(args: tuple, kwargs: dict) -> Extracted:
-    return _flat(args[0] if args else _arg(args, kwargs, 0, _IN_NAMES)), [], -1
+    if args:
+        first = args[0]
+        if type(first) is list and len(first) == 1 and isinstance(first[0], _Tensor):
+            return first, (), -1  # allreduce([t]): the hot case, without _flat's frame
+        return _flat(first), (), -1
+    return _flat(_arg(args, kwargs, 0, _IN_NAMES)), (), -1
 
 
 def _rooted_inputs(args: tuple, kwargs: dict) -> Extracted:

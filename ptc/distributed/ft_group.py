@@ -120,6 +120,7 @@ class _Link:
         self.store_port = int(reply["store_port"])
         self.cond = threading.Condition()
         self.announced: Optional[Generation] = None
+        self.history: List[Generation] = []  # the latest announcements, oldest first
         self.go: Dict[int, List[str]] = {}
         self.join_pending = False
         self.fenced: Optional[str] = None
@@ -174,6 +175,7 @@ class _Link:
             if kind == "gen":
                 self.announced = Generation(int(message["gen"]), tuple(message["members"]), tuple(message["failed"]),
                                             tuple(message["joined"]), str(message.get("reason", "")))  # fmt: skip
+                self.history = self.history[-15:] + [self.announced]
                 self.join_pending = False
             elif kind == "go":
                 self.go[int(message["gen"])] = list(message["handles"])
@@ -353,6 +355,9 @@ class FaultTolerantGroup:
         self.previous: Optional[Generation] = None
         self.rejoined = False
         self.closed = False
+        from ptc.distributed.ft_faults import Injector
+
+        self.faults = Injector.from_env(lambda name, data: self._event(name, **data))
         self._link = self._connect(world_size)
         self._store = self._make_store()
         self._engine = (_NativeEngine if self._engine_name == "native" else _RebuildEngine)(
@@ -440,10 +445,8 @@ class FaultTolerantGroup:
             self._link.send({"t": "fail", "gen": gen.number, "err": detail[:300]})
             with self._link.cond:
                 self._link.cond.wait_for(self.stale, timeout=self._heartbeat_interval * 20 + 2)
-        news = self._link.announced
-        failed: Sequence[int] = ()
-        if news is not None and news.number > gen.number:
-            failed = [gen.rank_of(w) for w in news.failed if w in gen.members]
+        failed = sorted({gen.rank_of(w) for later in self._link.history if later.number > gen.number
+                         for w in later.failed if w in gen.members})  # fmt: skip
         if self._link.lost:
             detail = f"the coordinator at {self.coordinator} is gone, fault tolerance is off; {detail}"
         self._event("peer_failure", gen=gen.number, failed_ranks=list(failed), detail=detail[:200])
@@ -480,6 +483,7 @@ class FaultTolerantGroup:
                 raise Fenced(f"worker {self.worker_id} is not a member of generation {news.number}; call rejoin()")
             started = time.monotonic()
             link.send({"t": "ready", "gen": news.number, "handle": self._engine.handle()})
+            self.fault_point("reconfigure", news.number, news.rank_of(self.worker_id))
             with link.cond:
                 link.cond.wait_for(lambda: news.number in link.go or self._superseded(news) or link.fenced is not None
                                    or link.lost, timeout=max(0.0, deadline - time.monotonic()))  # fmt: skip
@@ -504,6 +508,11 @@ class FaultTolerantGroup:
                         dt_ms=round((time.monotonic() - started) * 1000, 2), engine=self.engine)  # fmt: skip
             return news
 
+    def fault_point(self, point: str, at: int, rank: Optional[int]) -> None:
+        """Fire the injected faults (``$PTC_FT_FAULTS``, see ft_faults) due here."""
+        if self.faults is not None:
+            self.faults.point(point, at, self.worker_id, rank)
+
     def _superseded(self, news: Generation) -> bool:
         latest = self._link.announced
         return latest is not None and latest.number > news.number
@@ -519,6 +528,7 @@ class FaultTolerantGroup:
         wait to be admitted (the members grow the group at a step boundary)."""
         self._link.close(leave=False)
         self._link = self._connect(None)
+        self._event("rejoin", fenced_in=self.generation.number if self.generation else None)
         self.rejoined = True
         self.previous = self.generation = None
         return self.recover()
@@ -589,6 +599,9 @@ class FaultTolerantGroup:
                 work = issue(pg)
             except RuntimeError as exc:
                 raise self._failure(f"{what}: {exc}") from None
+            if self.faults is not None:
+                self.faults.collectives += 1
+                self.fault_point("collective", self.faults.collectives, gen.rank_of(self.worker_id))
             future = work.get_future()
             if not future.done():
                 # the future, not work.is_completed(), is what the done-callback follows

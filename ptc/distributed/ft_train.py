@@ -87,11 +87,12 @@ class Trainer:
 
     ``step`` counts committed steps.  ``history`` lists, per committed step,
     ``(step, generation, members)`` (worker ids whose gradients were averaged),
-    which is enough to replay the run in one process.
+    which is enough to replay the run in one process.  ``report_steps=True``
+    logs a ``commit`` event at the coordinator per committed step (timelines).
     """
 
     def __init__(self, group: FaultTolerantGroup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                 ddp: bool = False) -> None:  # fmt: skip
+                 ddp: bool = False, report_steps: bool = False) -> None:  # fmt: skip
         if not isinstance(group, FaultTolerantGroup):
             raise PtcTypeError(f"group: expected a FaultTolerantGroup, got {type(group).__name__}")
         if not isinstance(model, torch.nn.Module):
@@ -102,6 +103,7 @@ class Trainer:
         self.module = model
         self.optimizer = optimizer
         self.step = 0
+        self.report_steps = report_steps
         self.history: List[tuple] = []
         self.syncs: List[Dict[str, Any]] = []
         self._needs_sync = True
@@ -153,7 +155,8 @@ class Trainer:
         payload = b""
         if ft.rank == source:
             buffer = io.BytesIO()
-            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step},
+            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+                        "history": self.history},
                        buffer)  # fmt: skip
             payload = buffer.getvalue()
         length = torch.tensor([len(payload)], dtype=torch.int64)
@@ -167,23 +170,36 @@ class Trainer:
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.step = int(state["step"])
+            self.history = [(int(s), int(g), tuple(int(m) for m in ms)) for s, g, ms in state["history"]]
         return int(length[0])
 
     # --- steps -----------------------------------------------------------------
 
     def run_step(self, compute: Callable[[StepInfo], Any]) -> int:
         """Run ``compute`` (forward and backward) until the step is committed
-        by the group; returns the number of attempts it took."""
+        by the group; returns the number of attempts it took.
+
+        Returns early (0 attempts, or without this step) when a state sync
+        moved this member to the group's step (a joiner, or a member that
+        missed a commit): ``self.step`` changed, so the caller's
+        ``while trainer.step < n`` loop decides again, like every member.
+        """
         attempts = 0
+        committed = False
         while True:
-            attempts += 1
             try:
                 if self._needs_sync:
-                    self.sync_state()
-                if self._attempt(compute):
+                    before = self.step
+                    self.sync_state()  # also right after a grow, so joiners and members meet here
+                    if self.step != before:
+                        return attempts  # took the group's state: the caller re-checks its loop condition
+                if committed:
+                    return attempts
+                attempts += 1
+                committed = self._attempt(compute)
+                if committed and not self._needs_sync:
                     return attempts
             except Fenced:
-                self.group.event("fenced_rejoin", step=self.step)
                 self.group.rejoin()
                 self._needs_sync = True
             except PeerFailure:
@@ -205,6 +221,7 @@ class Trainer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         self._hook_failure, self._hook_flags = None, None
+        ft.fault_point("step", self.step, ft.rank)
         compute(info)
         flags = torch.tensor([1.0, 1.0 if ft.join_pending else 0.0, float(self.step)], dtype=torch.float64)
         if self.model is self.module:
@@ -229,6 +246,8 @@ class Trainer:
             self.optimizer.step()
             self.history.append((self.step, gen.number, tuple(gen.members)))
             self.step += 1
+            if self.report_steps:
+                ft.event("commit", step=self.step, gen=gen.number, size=ft.size)
         else:
             self._needs_sync = True
         if join > 0:

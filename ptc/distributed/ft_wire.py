@@ -91,15 +91,16 @@ def recv_one(sock: socket.socket, reader: LineReader, timeout: float) -> Optiona
     """Block up to ``timeout`` for one message (None on EOF or timeout)."""
     sock.settimeout(timeout)
     try:
+        data = b""  # first what is already buffered
         while True:
-            data = sock.recv(65536)
-            if not data:
-                return None
             messages = reader.feed(data)
             if messages:
                 if len(messages) > 1:  # keep the rest for the caller's reader loop
                     reader._buffer = b"".join(encode(m) for m in messages[1:]) + reader._buffer
                 return messages[0]
+            data = sock.recv(65536)
+            if not data:
+                return None
     except (socket.timeout, OSError):
         return None
     finally:

@@ -346,6 +346,34 @@ def test_completion_time_is_when_wait_returns(tmp_path):
     assert seen_later["time_discovered_completed_ns"] <= last["time_created_ns"]
 
 
+@pytest.mark.parametrize("capture", MECHANISMS)
+def test_fast_paths_record_what_the_general_paths_do(gloo_solo, capture, tmp_path):
+    """allreduce([t]) skips the generic tensor flattening, and a wait() that returns
+    closes its entry without the general completion path: the record is the same."""
+    pg = gloo_solo
+    a, b = torch.ones(4), torch.ones(2, 3, dtype=torch.float64)
+    with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+        pg.allreduce([a]).wait()  # fast extraction, fast completion
+        pg.allreduce([a, torch.zeros(4)]).wait()  # generic extraction
+        work = pg.allreduce([b])
+        wait_for(work.is_completed, 10, "the un-waited all_reduce")
+        dist.all_reduce(a)  # closes the previous entry at this call, before its own
+        work.wait()  # already closed: waiting again changes nothing
+        dist.all_reduce(b)
+        snap = rec.snapshot()
+    entries = snap["entries"]
+    assert [(e["input_sizes"], e["input_dtypes"], e["state"], e["collective_seq_id"]) for e in entries] == [
+        ([[4]], ["Float"], "completed", 1),
+        ([[4], [4]], ["Float", "Float"], "completed", 2),
+        ([[2, 3]], ["Double"], "completed", 3),
+        ([[4]], ["Float"], "completed", 4),
+        ([[2, 3]], ["Double"], "completed", 5),
+    ]
+    assert all(e["time_created_ns"] <= e["time_discovered_started_ns"] <= e["time_discovered_completed_ns"] for e in entries)
+    assert snap["pg_status"]["0"] == {"last_enqueued_collective": 5, "last_started_collective": 5, "last_completed_collective": 5}
+    assert not fr.fr_capture.watched_works()
+
+
 def test_failures_dump_once_per_generation(tmp_path):
     ranks = SimulatedRanks(2, tmp_path / "dumps")
     rec = ranks.recorders[0]

@@ -1,0 +1,114 @@
+"""A small fault-tolerant training worker, and its single-process replay.
+
+``python -m ptc.distributed.ft_example --steps 200 --out DIR`` trains a small
+MLP (float64) on batches that are a pure function of ``(worker_id, step)``,
+through :class:`~ptc.distributed.ft_train.Trainer`, and writes
+``DIR/worker<id>.pt``: the final state, its checksum and the history of
+committed steps with the members whose gradients were averaged.
+:func:`replay` recomputes the final parameters from such a history in one
+process, which is how tests and the benchmark check that no step was lost,
+duplicated or half applied.  Used by the tests, ``ptc demo ft`` and
+``benchmarks/ft.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+LR = 0.05
+
+
+def make_model() -> torch.nn.Module:
+    """The model every worker starts from (same seed everywhere)."""
+    torch.manual_seed(1234)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).double()
+
+
+def batch(worker: int, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The batch ``worker`` trains on at ``step``: a pure function of both."""
+    g = torch.Generator().manual_seed(step * 1009 + worker)
+    x = torch.randn(32, 16, generator=g, dtype=torch.float64)
+    return x, torch.sin(x.sum(1, keepdim=True))
+
+
+def loss_of(model: torch.nn.Module, worker: int, step: int) -> torch.Tensor:
+    x, y = batch(worker, step)
+    return ((model(x) - y) ** 2).mean()
+
+
+def replay(history: Sequence[Tuple[int, int, Sequence[int]]], lr: float = LR) -> Dict[str, torch.Tensor]:
+    """Final parameters of a run whose committed steps were ``history``
+    (``(step, generation, members)`` in order), computed in one process:
+    per step, the mean over members of their gradients, then an SGD step."""
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for expected, (step, _, members) in enumerate(history):
+        if step != expected:
+            raise ValueError(f"history: step {step} at position {expected} (a step lost or duplicated)")
+        total = [torch.zeros_like(p) for p in model.parameters()]
+        for worker in members:
+            model.zero_grad()
+            loss_of(model, worker, step).backward()
+            for t, p in zip(total, model.parameters()):
+                t += p.grad
+        for t, p in zip(total, model.parameters()):
+            p.grad = t / len(members)
+        optimizer.step()
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from ptc.distributed.ft_group import init_fault_tolerant
+    from ptc.distributed.ft_train import Trainer
+
+    parser = argparse.ArgumentParser(prog="python -m ptc.distributed.ft_example")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--engine", default="auto")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds of simulated compute per step")
+    parser.add_argument("--heartbeat-interval", type=float, default=0.1)
+    parser.add_argument("--timeout", type=float, default=60.0, help="collective timeout (the last resort)")
+    parser.add_argument("--until-size", type=int, default=0,
+                        help="after --steps, keep training until the group has this many members again (max 20000 steps)")
+    parser.add_argument("--fr-dir", default=None, help="record collectives with a Flight Recorder dumping here")
+    args = parser.parse_args(argv)
+    started = time.time()
+    recorder = None
+    if args.fr_dir:
+        from ptc.distributed.flight_recorder import FlightRecorder
+
+        recorder = FlightRecorder(dump_dir=args.fr_dir)
+    ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=args.heartbeat_interval, timeout=args.timeout,
+                             flight_recorder=recorder)  # fmt: skip
+    ft.event("started", since_exec_s=round(time.time() - started, 3))
+    model = make_model()
+    trainer = Trainer(ft, model, torch.optim.SGD(model.parameters(), lr=LR), ddp=args.ddp, report_steps=True)
+
+    def compute(info) -> None:
+        if args.sleep:
+            time.sleep(args.sleep)
+        loss_of(trainer.model, info.worker_id, info.step).backward()
+
+    while trainer.step < args.steps or (ft.size < args.until_size and trainer.step < 20000):
+        trainer.run_step(compute)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save({"worker": ft.worker_id, "rank": ft.rank, "generation": ft.generation.number,  # type: ignore[union-attr]
+                "checksum": trainer.checksum(), "state": model.state_dict(), "history": trainer.history,
+                "syncs": trainer.syncs}, out / f"worker{ft.worker_id}.pt")  # fmt: skip
+    ft.event("done", step=trainer.step)
+    if recorder is not None:
+        recorder.dump("end of training")
+        recorder.close()
+    ft.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,385 @@
+"""Fault tolerance in one process: the coordinator's protocol, the group API, the fault kit, bad inputs."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import torch
+
+from ptc import _compat
+from ptc.distributed import ft_faults as F
+from ptc.distributed import ft_wire
+from ptc.distributed.coordinator import Coordinator
+from ptc.distributed.ft_group import (
+    CoordinatorUnreachable,
+    FaultTolerantGroup,
+    MembershipRefused,
+    init_fault_tolerant,
+)
+from ptc.distributed.ft_train import StateDivergence, Trainer, state_checksum
+from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
+
+
+class Client:
+    """A hand-driven worker connection: what the coordinator sees of a worker."""
+
+    def __init__(self, coordinator: Coordinator, worker: int, world=None):
+        self.sock = socket.create_connection(("127.0.0.1", coordinator.port), timeout=5)
+        self.reader = ft_wire.LineReader()
+        ft_wire.send(self.sock, {"t": "hello", "worker": worker, "pid": 0, "world": world})
+
+    def send(self, **message):
+        ft_wire.send(self.sock, message)
+
+    def expect(self, kind, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = ft_wire.recv_one(self.sock, self.reader, timeout=max(0.01, deadline - time.monotonic()))
+            if message is None:
+                break
+            if message["t"] == kind:
+                return message
+        raise AssertionError(f"no {kind!r} message within {timeout} s")
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def coordinator():
+    c = Coordinator(world_size=2, heartbeat_timeout=30.0).start()
+    yield c
+    c.stop()
+
+
+# --- the coordinator's protocol ---------------------------------------------------
+
+
+def test_first_generation_forms_when_the_world_has_arrived(coordinator):
+    a = Client(coordinator, 1, world=2)
+    assert a.expect("welcome")["store_port"] == coordinator.store.port
+    b = Client(coordinator, 0, world=2)
+    b.expect("welcome")
+    for client in (a, b):
+        gen = client.expect("gen")
+        assert gen["gen"] == 1 and gen["members"] == [0, 1] and gen["failed"] == []
+    a.send(t="ready", gen=1, handle="h1")
+    b.send(t="ready", gen=1, handle="h0")
+    assert a.expect("go")["handles"] == ["h0", "h1"]  # in rank order
+    a.close(), b.close()
+
+
+def test_a_closed_connection_forms_the_next_generation_without_the_dead(coordinator):
+    a, b = Client(coordinator, 0, world=2), Client(coordinator, 1, world=2)
+    a.expect("gen"), b.expect("gen")
+    b.close()
+    gen = a.expect("gen")
+    assert gen["gen"] == 2 and gen["members"] == [0] and gen["failed"] == [1]
+    assert "connection closed" in gen["reason"]
+    a.close()
+
+
+def test_silence_fences_the_worker():
+    c = Coordinator(world_size=2, heartbeat_timeout=0.3).start()
+    try:
+        a, b = Client(c, 0, world=2), Client(c, 1, world=2)
+        stop = threading.Event()
+
+        def beat():
+            while not stop.is_set():
+                a.send(t="hb")
+                time.sleep(0.05)
+
+        beater = threading.Thread(target=beat)
+        beater.start()
+        try:
+            assert "no heartbeat" in b.expect("fenced", timeout=3)["reason"]
+            gen = a.expect("gen", timeout=3)
+            assert gen["gen"] == 1
+            gen = a.expect("gen", timeout=3)
+            assert gen["members"] == [0] and gen["failed"] == [1]
+        finally:
+            stop.set()
+            beater.join()
+        a.close(), b.close()
+    finally:
+        c.stop()
+
+
+def test_hello_refusals_name_the_problem(coordinator):
+    a = Client(coordinator, 0, world=2)
+    a.expect("welcome")
+    dup = Client(coordinator, 0, world=2)
+    assert "already taken" in dup.expect("refused")["error"]
+    wrong = Client(coordinator, 1, world=3)
+    assert "world_size = 3" in wrong.expect("refused")["error"]
+    outside = Client(coordinator, 5, world=2)
+    assert "must be < world_size = 2" in outside.expect("refused")["error"]
+    for c in (a, dup, wrong, outside):
+        c.close()
+
+
+def test_joiner_waits_and_grow_admits_it(coordinator):
+    a, b = Client(coordinator, 0, world=2), Client(coordinator, 1, world=2)
+    a.expect("gen"), b.expect("gen")
+    joiner = Client(coordinator, 7)
+    joiner.expect("welcome")
+    assert a.expect("join_pending")["workers"] == [7]
+    a.send(t="grow", gen=1)
+    for client in (a, b, joiner):
+        gen = client.expect("gen")
+        assert gen["gen"] == 2 and gen["members"] == [0, 1, 7] and gen["joined"] == [7]
+    b.send(t="grow", gen=1)  # a late request for an old generation changes nothing
+    time.sleep(0.1)
+    assert coordinator.generation == 2
+    for c in (a, b, joiner):
+        c.close()
+
+
+def test_reported_failure_without_a_dead_worker_reconnects_the_same_members(coordinator):
+    a, b = Client(coordinator, 0, world=2), Client(coordinator, 1, world=2)
+    a.expect("gen"), b.expect("gen")
+    a.send(t="fail", gen=1, err="timeout")
+    gen = b.expect("gen")
+    assert gen["gen"] == 2 and gen["members"] == [0, 1] and "reported a failed collective" in gen["reason"]
+    a.close(), b.close()
+
+
+def test_min_workers_holds_the_generation_until_someone_joins():
+    c = Coordinator(world_size=2, heartbeat_timeout=30.0, min_workers=2).start()
+    try:
+        a, b = Client(c, 0, world=2), Client(c, 1, world=2)
+        a.expect("gen"), b.expect("gen")
+        b.close()
+        time.sleep(0.3)
+        assert c.generation == 1 and any(e["event"] == "waiting_for_workers" for e in c.history)
+        late = Client(c, 2)
+        assert late.expect("gen")["members"] == [0, 2]
+        assert a.expect("gen")["members"] == [0, 2]
+        a.close(), late.close()
+    finally:
+        c.stop()
+
+
+def test_coordinator_arguments_are_checked():
+    with pytest.raises(PtcValueError, match="heartbeat_timeout"):
+        Coordinator(heartbeat_timeout=0)
+    with pytest.raises(PtcValueError, match="world_size"):
+        Coordinator(world_size=0)
+    with pytest.raises(PtcValueError, match="min_workers"):
+        Coordinator(min_workers=0)
+
+
+# --- the group API ----------------------------------------------------------------
+
+
+def _groups(coordinator, n, **options):
+    """n FaultTolerantGroups of this process (one per thread while connecting)."""
+    groups, errors = [None] * n, []
+
+    def make(i):
+        try:
+            groups[i] = FaultTolerantGroup(coordinator.address, i, n, connect_timeout=10, join_timeout=30, **options)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return groups
+
+
+def _each(groups, fn):
+    results, errors = [None] * len(groups), []
+
+    def run(i):
+        try:
+            results[i] = fn(groups[i])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(groups))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("engine", ["native", "rebuild"] if _compat.GLOO_RECONFIGURE else ["rebuild"])
+def test_collectives_and_subgroups(coordinator, engine):
+    groups = _groups(coordinator, 2, engine=engine)
+    try:
+        assert [g.rank for g in groups] == [0, 1] and {g.size for g in groups} == {2}
+        assert {g.engine for g in groups} == {engine}
+        sums = _each(groups, lambda g: g.allreduce(torch.full((3,), float(g.rank + 1))))
+        assert all(torch.equal(s, torch.full((3,), 3.0)) for s in sums)
+        maxes = _each(groups, lambda g: g.allreduce(torch.tensor([g.rank]), "max"))
+        assert [int(m) for m in maxes] == [1, 1]
+        got = _each(groups, lambda g: g.broadcast(torch.tensor([10 + g.rank]), 1))
+        assert [int(x) for x in got] == [11, 11]
+        subs = _each(groups, lambda g: g.subgroups(lambda n: [[r] for r in range(n)]))
+        assert [s.ranks for s in subs] == [(0,), (1,)]
+        solo = _each(groups, lambda g: g.allreduce(torch.tensor([g.rank + 5.0]), group=g._subgroups[0]))
+        assert [float(x) for x in solo] == [5.0, 6.0]
+        with pytest.raises(PtcValueError, match="rank 2 of part 0 is outside"):
+            groups[0].subgroups(lambda n: [[0, 1, 2]])
+        with pytest.raises(PtcValueError, match="op = 'mean'"):
+            groups[0].allreduce(torch.ones(1), "mean")
+        assert "rank 0 of 2" in repr(groups[0])
+    finally:
+        for g in groups:
+            g.close()
+
+
+def test_coordinator_loss_is_reported_not_hung():
+    c = Coordinator(world_size=1, heartbeat_timeout=30.0).start()
+    (group,) = _groups(c, 1)
+    try:
+        group.allreduce(torch.ones(2))
+        c.stop()
+        deadline = time.monotonic() + 5
+        while not group.stale() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(PeerFailure, match="coordinator .* is gone"):
+            group.allreduce(torch.ones(2))
+    finally:
+        group.close()
+
+
+def test_duplicate_worker_is_refused(coordinator):
+    (a, b) = _groups(coordinator, 2)
+    try:
+        with pytest.raises(MembershipRefused, match="already taken") as info:
+            FaultTolerantGroup(coordinator.address, 1, 2, connect_timeout=5)
+        assert isinstance(info.value, ValueError)
+    finally:
+        a.close(), b.close()
+
+
+def test_unreachable_coordinator_is_a_clear_connection_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here
+    started = time.monotonic()
+    with pytest.raises(CoordinatorUnreachable, match="not reachable within connect_timeout") as info:
+        FaultTolerantGroup(f"127.0.0.1:{port}", 0, 1, connect_timeout=0.5)
+    assert isinstance(info.value, ConnectionError) and time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"worker_id": -1}, "worker_id = -1"),
+        ({"worker_id": True}, "worker_id = True"),
+        ({"world_size": 0}, "world_size = 0"),
+        ({"timeout": 0}, "timeout = 0"),
+        ({"heartbeat_interval": "fast"}, "heartbeat_interval = 'fast'"),
+        ({"engine": "nccl"}, "engine = 'nccl'"),
+    ],
+)
+def test_bad_group_arguments_name_the_argument(kwargs, match):
+    args = {"worker_id": 0, "world_size": 1, **kwargs}
+    with pytest.raises(PtcValueError, match=match):
+        FaultTolerantGroup("127.0.0.1:1", args.pop("worker_id"), args.pop("world_size"), **args)
+
+
+def test_bad_coordinator_address():
+    with pytest.raises(PtcValueError, match="expected 'host:port'"):
+        FaultTolerantGroup("localhost", 0, 1)
+    with pytest.raises(PtcValueError, match="port in 1..65535"):
+        ft_wire.parse_address("h:0")
+
+
+def test_init_without_any_way_to_find_the_coordinator(monkeypatch):
+    for name in ("PTC_FT_COORDINATOR", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(PtcValueError, match=r"worker_id: not given and \$RANK is not set"):
+        init_fault_tolerant()
+    with pytest.raises(PtcValueError, match="coordinator: not given"):
+        init_fault_tolerant(worker_id=0)
+
+
+# --- the trainer ------------------------------------------------------------------
+
+
+def test_trainer_arguments_are_checked(coordinator):
+    (group,) = _groups(Coordinator(world_size=1).start(), 1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        with pytest.raises(PtcTypeError, match="group: expected a FaultTolerantGroup"):
+            Trainer(object(), model, torch.optim.SGD(model.parameters(), lr=0.1))
+        with pytest.raises(PtcTypeError, match="optimizer: expected a torch.optim.Optimizer"):
+            Trainer(group, model, object())
+    finally:
+        group.close()
+
+
+def test_single_member_trainer_commits_and_checksums_track_state():
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1).double()
+        trainer = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1))
+        before = trainer.checksum()
+        x = torch.randn(8, 4, dtype=torch.float64)
+        for _ in range(3):
+            trainer.run_step(lambda info: model(x).pow(2).mean().backward())
+        assert trainer.step == 3 and [h[0] for h in trainer.history] == [0, 1, 2]
+        assert trainer.checksum() != before
+        assert issubclass(StateDivergence, RuntimeError) and issubclass(StateDivergence, PtcError)
+    finally:
+        group.close()
+        c.stop()
+
+
+def test_state_checksum_sees_every_bit():
+    t = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    u = t.clone()
+    u[1] = torch.nextafter(u[1], torch.tensor(3.0, dtype=torch.float64))
+    assert state_checksum([t], 0) != state_checksum([u], 0)
+    assert state_checksum([t], 0) != state_checksum([t], 1)
+    assert state_checksum([t], 0) == state_checksum([t.clone()], 0)
+
+
+# --- the fault kit ----------------------------------------------------------------
+
+
+def test_faults_round_trip_and_validate():
+    faults = [F.kill_in_collective(3, worker=1), F.kill_between_steps(5, rank=0), F.kill_during_reconfigure(2, worker=2),
+              F.stop_at_step(4, worker=0, cont_after=1.5)]  # fmt: skip
+    assert F.decode(F.encode(faults)) == faults
+    with pytest.raises(PtcValueError, match="exactly one target"):
+        F.kill_in_collective(3)
+    with pytest.raises(PtcValueError, match="exactly one target"):
+        F.Fault("kill", "step", 1, worker=1, rank=1)
+    with pytest.raises(PtcValueError, match="cont_after"):
+        F.Fault("stop", "step", 1, worker=1)
+    with pytest.raises(PtcValueError, match="point = 'forward'"):
+        F.Fault("kill", "forward", 1, worker=1)
+    with pytest.raises(PtcValueError, match="PTC_FT_FAULTS: not JSON"):
+        F.decode("{")
+
+
+def test_injector_fires_once_at_the_right_point(monkeypatch):
+    fired, announced = [], []
+    monkeypatch.setattr(F.os, "kill", lambda pid, sig: fired.append(sig))
+    injector = F.Injector([F.kill_in_collective(2, rank=1), F.stop_at_step(3, worker=4, cont_after=1.0)],
+                          lambda name, data: announced.append(name))  # fmt: skip
+    injector.point("collective", 2, worker=9, rank=0)  # wrong rank
+    injector.point("collective", 1, worker=9, rank=1)  # wrong collective
+    assert fired == []
+    injector.point("collective", 2, worker=9, rank=1)
+    injector.point("collective", 2, worker=9, rank=1)  # once only
+    injector.point("step", 3, worker=4, rank=None)
+    import signal
+
+    assert fired == [signal.SIGKILL, signal.SIGSTOP] and announced == ["fault_kill", "fault_stop"]
