@@ -1,6 +1,28 @@
-"""ptc.distributed: a Flight Recorder for any c10d backend (fault-tolerant groups: issue 9).
+"""ptc.distributed: fault-tolerant process groups and a Flight Recorder for any c10d backend.
 
-Public API (imported lazily, so ``ptc fr-trace`` and ``ptc env`` stay quick)::
+Fault tolerance (see :mod:`ptc.distributed.ft_group` and :mod:`ptc.distributed.ft_train`)::
+
+    from ptc.distributed import init_fault_tolerant, Trainer
+
+    ft = init_fault_tolerant()                      # coordinator from args, $PTC_FT_COORDINATOR or torchrun's store
+    trainer = Trainer(ft, model, optimizer)         # ddp=True: torch DDP with ptc's comm hook
+    while trainer.step < steps:
+        trainer.run_step(lambda info: loss(trainer.model, info.step, info.worker_id).backward())
+
+=============================  ================================================
+name                           what
+=============================  ================================================
+``init_fault_tolerant``        join (or start) a job; returns the group
+``FaultTolerantGroup``         abortable collectives, ``recover``, ``rejoin``,
+                               ``grow``, ``subgroups``
+``Trainer``                    commit vote with the gradients, state sync,
+                               DDP hook
+``Coordinator``                membership by generation, liveness, abort
+``LocalJob``                   coordinator + worker processes on this machine
+``ft_faults``                  the fault-injection kit (module)
+=============================  ================================================
+
+Flight Recorder (imported lazily, so ``ptc fr-trace`` and ``ptc env`` stay quick)::
 
     from ptc.distributed import FlightRecorder, enable_flight_recorder, analyze_dumps
 
@@ -32,6 +54,11 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "Coordinator",
+    "FaultTolerantGroup",
+    "LocalJob",
+    "Trainer",
+    "init_fault_tolerant",
     "FlightRecorder",
     "analyze_dumps",
     "capability",
@@ -44,6 +71,11 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Coordinator": ("ptc.distributed.coordinator", "Coordinator"),
+    "FaultTolerantGroup": ("ptc.distributed.ft_group", "FaultTolerantGroup"),
+    "init_fault_tolerant": ("ptc.distributed.ft_group", "init_fault_tolerant"),
+    "Trainer": ("ptc.distributed.ft_train", "Trainer"),
+    "LocalJob": ("ptc.distributed.ft_launch", "LocalJob"),
     "FlightRecorder": ("ptc.distributed.flight_recorder", "FlightRecorder"),
     "enable_flight_recorder": ("ptc.distributed.flight_recorder", "enable"),
     "disable_flight_recorder": ("ptc.distributed.flight_recorder", "disable"),
@@ -66,7 +98,12 @@ def capability(name: str) -> str:
             return "any backend via PG hooks; torchfrtrace-readable dumps"
         return "any backend via PG method wrapper; torchfrtrace-readable dumps"
     if name == "fault_tolerance":
-        return "not implemented yet"
+        from ptc import _compat
+
+        if not _compat.DISTRIBUTED:
+            return "unavailable (torch.distributed not built)"
+        engine = "native gloo reconfigure" if _compat.GLOO_RECONFIGURE else "gloo rebuild per generation"
+        return f"coordinator, abort broadcast, rejoin with live state, commit vote; {engine}"
     return "not implemented yet"
 
 

@@ -303,7 +303,7 @@ class Coordinator:
         if world is not None:
             if self.world_size is None and self.generation == 0:
                 self.world_size = int(world)
-            elif world != self.world_size and self.generation == 0:
+            elif world != self.world_size:
                 self._refuse(conn, f"world_size = {world}: this job was started with world_size = {self.world_size}")
                 return
         existing = self._workers.get(worker)

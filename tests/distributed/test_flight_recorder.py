@@ -525,4 +525,6 @@ def test_capability_reports_the_mechanism():
     status = capability("flight_recorder")
     assert ("PG hooks" in status) is _compat.PROCESS_GROUP_HOOKS
     assert ("method wrapper" in status) is (not _compat.PROCESS_GROUP_HOOKS)
-    assert capability("fault_tolerance") == "not implemented yet"
+    ft = capability("fault_tolerance")
+    assert ("native gloo reconfigure" in ft) is _compat.GLOO_RECONFIGURE
+    assert ("rebuild per generation" in ft) is (not _compat.GLOO_RECONFIGURE)

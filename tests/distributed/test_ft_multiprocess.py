@@ -7,6 +7,8 @@ replay of the committed steps with the logged membership.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ft_helpers import check_consistent, pid_alive, run_scenario
@@ -85,11 +87,13 @@ def test_two_failures_in_a_row(tmp_path):
 def test_stopped_worker_is_fenced_and_rejoins_after_sigcont(tmp_path):
     """SIGSTOP: declared failed after the heartbeat timeout, the others go on; after SIGCONT it is fenced,
     rejoins as a new member and takes the group's state (even if it had applied a step the others abandoned)."""
-    outcome = run_scenario(tmp_path, 3, steps=30, sleep=0.01, heartbeat_timeout=1.0,
-                           faults=[F.stop_at_step(10, worker=2, cont_after=2.5)], until_size=3)  # fmt: skip
+    outcome = run_scenario(tmp_path, 3, steps=30, sleep=0.01, heartbeat_timeout=2.0,
+                           faults=[F.stop_at_step(10, worker=2, cont_after=4.0)], until_size=3)  # fmt: skip
     text = outcome.describe()
     check_consistent(outcome, expect_workers=[0, 1, 2])
-    failed = _failed(outcome, 2)
+    stopped = outcome.result.of("fault_stop")
+    assert stopped and stopped[0]["worker"] == 2, text
+    failed = [e for e in _failed(outcome, 2) if e["time"] > stopped[0]["time"]]
     assert failed and "no heartbeat" in failed[0]["why"], text
     assert outcome.result.of("sigcont"), text
     assert any(e["worker"] == 2 for e in outcome.result.of("rejoin")), text
@@ -136,3 +140,42 @@ def test_flight_recorder_dumps_of_a_reconfigured_group_are_analysable(tmp_path):
     out = proc.stdout + proc.stderr
     # the stock analyzer stops at the first generation (rank 2's dump is missing for all of it) and says so
     assert "ptc_ft.default@gen1" in out and "missed FR dumps from ranks ({2})" in out, out
+
+
+def test_inside_a_torchrun_launch(tmp_path):
+    """torchrun gives RANK/WORLD_SIZE/MASTER_ADDR: the first worker starts a detached coordinator
+    (it outlives that worker, so rank 0 does not hold the group's state) and publishes it in torchrun's store."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    pidfile, out = tmp_path / "coordinator.pid", tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PTC_FT_COORDINATOR_PIDFILE": str(pidfile),
+           "PTC_FT_COORDINATOR_IDLE_EXIT": "1"}  # fmt: skip
+    env.pop("PTC_FT_COORDINATOR", None)
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "ptc.distributed.ft_example",
+           "--steps", "5", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    coordinator_pid = None
+    try:
+        output, _ = proc.communicate(timeout=150)
+        assert proc.returncode == 0, output
+        results = [torch.load(out / f"worker{w}.pt", weights_only=False) for w in (0, 1)]
+        assert results[0]["checksum"] == results[1]["checksum"] and len(results[0]["history"]) == 5
+        coordinator_pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 20
+        while pid_alive(coordinator_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(coordinator_pid), "the detached coordinator did not exit once the job was idle"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if coordinator_pid is None and pidfile.exists():
+            coordinator_pid = int(pidfile.read_text())
+        if coordinator_pid is not None and pid_alive(coordinator_pid):
+            os.kill(coordinator_pid, 9)

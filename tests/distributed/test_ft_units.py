@@ -383,3 +383,49 @@ def test_injector_fires_once_at_the_right_point(monkeypatch):
     import signal
 
     assert fired == [signal.SIGKILL, signal.SIGSTOP] and announced == ["fault_kill", "fault_stop"]
+
+
+def test_subgroups_are_rebuilt_in_the_next_generation(coordinator):
+    c = Coordinator(world_size=3, heartbeat_timeout=30.0).start()
+    groups = _groups(c, 3)
+    try:
+        pairs = lambda n: [list(range(i, min(i + 2, n))) for i in range(0, n, 2)]  # noqa: E731
+        subs = _each(groups, lambda g: g.subgroups(pairs))
+        assert [s.ranks for s in subs] == [(0, 1), (0, 1), (2,)]
+        groups[2]._link.close(leave=False)  # worker 2 "dies": its coordinator connection ends
+        survivors = groups[:2]
+
+        def fail_then_recover(g):
+            with pytest.raises(PeerFailure) as info:
+                g.allreduce(torch.ones(1))
+            assert info.value.ranks == (2,) and info.value.generation == 1
+            return g.recover().number
+
+        assert _each(survivors, fail_then_recover) == [2, 2]
+        assert [(s.generation, s.ranks) for s in subs[:2]] == [(2, (0, 1)), (2, (0, 1))]
+        sums = _each(survivors, lambda g: g.allreduce(torch.tensor([g.rank + 1.0]), group=g._subgroups[0]))
+        assert [float(s) for s in sums] == [3.0, 3.0]
+    finally:
+        for g in groups:
+            g.close()
+        c.stop()
+
+
+def test_a_worker_with_another_world_size_is_refused(coordinator):
+    (a, b) = _groups(coordinator, 2)
+    try:
+        with pytest.raises(MembershipRefused, match="started with world_size = 2"):
+            FaultTolerantGroup(coordinator.address, 5, 3, connect_timeout=5)
+    finally:
+        a.close(), b.close()
+
+
+def test_unreachable_bootstrap_store_is_a_clear_connection_error(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("PTC_FT_COORDINATOR", raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    with pytest.raises(CoordinatorUnreachable, match=f"store 127.0.0.1:{port}"):
+        init_fault_tolerant(worker_id=0, world_size=1, connect_timeout=1.0)
