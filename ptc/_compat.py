@@ -236,6 +236,33 @@ def native_nvgemm() -> bool:
 
 
 @_probe
+def inductor_choice_preprocessing() -> bool:
+    """Inductor runs registered functions on each autotune choice list (select_algorithm.add_preprocessing_fn)."""
+    from torch._inductor import select_algorithm
+
+    return hasattr(select_algorithm, "add_preprocessing_fn") and hasattr(select_algorithm, "add_feedback_saver")
+
+
+@_probe
+def inductor_pre_grad_custom_pass() -> bool:
+    """Inductor runs a user pass on the pre-grad graph (config.pre_grad_custom_pass)."""
+    import torch._inductor.config as inductor_config
+
+    return hasattr(inductor_config, "pre_grad_custom_pass")
+
+
+@_probe
+def native_nvgemm_epilogue_fusion() -> bool:
+    """Inductor's NVGEMM fuses epilogues (nv_universal_gemm scheduling has the EFC capability check)."""
+    name = "torch._inductor.codegen.nv_universal_gemm.nv_universal_gemm_scheduling"
+    if not _module_exists(name):
+        return False
+    mod = importlib.import_module(name)
+    cls = getattr(mod, "NVUniversalGemmScheduling", None)
+    return cls is not None and hasattr(cls, "_can_fuse_epilogue_impl")
+
+
+@_probe
 def inductor_choices_hook() -> bool:
     """Inductor lets a library replace its choice heuristics (config.inductor_choices_class)."""
     import torch._inductor.config as inductor_config

@@ -54,9 +54,11 @@ def _native_complex() -> str:
 
 
 def _native_gemm() -> str:
+    if _compat.NATIVE_NVGEMM and _compat.NATIVE_NVGEMM_EPILOGUE_FUSION:
+        return "NVGEMM backend string (fused epilogues, no DB/explain)"
     if _compat.NATIVE_NVGEMM:
-        return "Inductor NVGEMM usable"
-    return "Inductor NVGEMM not usable with installed packages"
+        return "NVGEMM backend string (no epilogue fusion)"
+    return "NVGEMM not usable with installed packages"
 
 
 def _native_fault_tolerance() -> str:

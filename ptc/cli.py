@@ -1,4 +1,4 @@
-"""The ``ptc`` command: ``ptc env``, ``ptc demo``, ``ptc fr-trace``."""
+"""The ``ptc`` command: ``ptc env``, ``ptc demo``, ``ptc fr-trace``, ``ptc gemm explain``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,26 @@ def _fr_trace(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _gemm_explain(args: argparse.Namespace) -> int:
+    """Print ptc.gemm's plan for one GEMM (and its measurements from a database)."""
+    from ptc.gemm import GemmProblem, explain
+
+    if args.signature:
+        problem = GemmProblem.from_signature(args.signature)
+    else:
+        if args.m is None or args.n is None or args.k is None:
+            from ptc.errors import PtcValueError
+
+            raise PtcValueError("ptc gemm explain needs -m, -n and -k (or --signature)")
+        scale = args.scale
+        dtype = args.dtype
+        problem = GemmProblem(args.op, args.m, args.n, args.k, args.batch, dtype, dtype, args.out_dtype or
+                              ("bf16" if scale else dtype), args.layout, scale)
+    print(explain(problem, args.target, args.epilogue, db=args.db, gpu=args.gpu, max_candidates=args.max,
+                  show_dropped=10**9 if args.all else 12))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ptc", description="ptc: compiler front-end extensions for torch.compile/export"
@@ -72,6 +92,33 @@ def _parser() -> argparse.ArgumentParser:
     fr.add_argument("--json", action="store_true", help="machine-readable report")
     fr.add_argument("-j", "--entries", action="store_true", help="also print every rank's recorded calls")
     fr.set_defaults(run=_fr_trace)
+
+    gemm = sub.add_parser("gemm", help="CuTeDSL GEMM planning and autotune reports (ptc.gemm)")
+    gsub = gemm.add_subparsers(dest="gemm_command", required=True)
+    ex = gsub.add_parser(
+        "explain",
+        help="every CuTeDSL candidate for a GEMM, why each was dropped, estimates, measured times, winner",
+        description="Plan a GEMM for a target GPU (no GPU needed) and show every candidate kernel "
+        "considered, the rule that dropped each one, the cost model's estimate and, with --db, the "
+        "measured times and the recorded winner.",
+    )
+    ex.add_argument("--target", default="B200", help="GPU to plan for: H100_SXM, H200_SXM, B200, GB200")
+    ex.add_argument("--op", default="mm", choices=["mm", "addmm", "bmm", "scaled_mm"])
+    ex.add_argument("-m", type=int)
+    ex.add_argument("-n", type=int)
+    ex.add_argument("-k", type=int)
+    ex.add_argument("--batch", type=int, default=1)
+    ex.add_argument("--dtype", default="bf16", help="input dtype: bf16, f16, e4m3, e2m1x2")
+    ex.add_argument("--out-dtype", default=None)
+    ex.add_argument("--layout", default="tn", help="BLAS letters for A and B (tn: row-major A, B = W.T)")
+    ex.add_argument("--scale", default=None, choices=["tensor", "row", "block32", "block16"])
+    ex.add_argument("--epilogue", default=None, help="e.g. bias,silu or bias,gelu_tanh,residual")
+    ex.add_argument("--signature", default=None, help="a problem signature instead of the options above")
+    ex.add_argument("--db", default=None, help="autotune database file with measurements")
+    ex.add_argument("--gpu", default=None, help="GPU name the measurements were taken on (default: target)")
+    ex.add_argument("--max", type=int, default=8, help="candidates to select")
+    ex.add_argument("--all", action="store_true", help="list every dropped kernel (default: 12, then counts)")
+    ex.set_defaults(run=_gemm_explain)
     return parser
 
 

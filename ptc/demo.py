@@ -28,7 +28,9 @@ SECTIONS: Dict[str, Section] = {
     "switch": Section("N-way switch lowered to a torch.cond tree", "ptc.control_flow.demo:main"),
     "cudagraph": Section("while_loop/cond captured with conditional nodes (CPU simulator)", "ptc.cudagraph.demo:main"),
     "complex": Section("complex tensors compiled into fused real kernels", "ptc.complex.demo:main"),
+    "gemm": Section("CuTeDSL GEMM candidates, fusion decisions and a shared autotune DB", "ptc.gemm.demo:main"),
     "flight_recorder": Section("a gloo desync recorded, dumped and diagnosed", "ptc.distributed.fr_demo:main"),
+    "ft": Section("a worker SIGKILLed mid-allreduce; the others go on, it rejoins", "ptc.distributed.ft_demo:main"),
 }
 
 

@@ -1,5 +1,7 @@
 """The feature probes agree with what each torch release really has."""
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -18,6 +20,11 @@ GROUND_TRUTH = {
         "CUDA_GRAPH_WHILE_NODES": False,
         "NATIVE_COMPLEX_WRAPPER": True,
         "INDUCTOR_CHOICES_HOOK": True,
+        "INDUCTOR_CHOICE_PREPROCESSING": True,
+        "INDUCTOR_PRE_GRAD_CUSTOM_PASS": True,
+        # 2.13's NVGEMM imports cutlass_api (not on PyPI): unusable whatever is installed
+        "NATIVE_NVGEMM": False,
+        "NATIVE_NVGEMM_EPILOGUE_FUSION": False,
         "DISTRIBUTED": True,
         "NATIVE_RECONFIGURE": False,
         "GLOO_RECONFIGURE": False,
@@ -34,6 +41,12 @@ GROUND_TRUTH = {
         "CUDA_GRAPH_WHILE_NODES": lambda: torch.version.cuda is not None,
         "NATIVE_COMPLEX_WRAPPER": True,
         "INDUCTOR_CHOICES_HOOK": True,
+        "INDUCTOR_CHOICE_PREPROCESSING": True,
+        "INDUCTOR_PRE_GRAD_CUSTOM_PASS": True,
+        # 2.14.1's NVGEMM uses cutlass.operators: usable exactly when that package is installed
+        "NATIVE_NVGEMM": lambda: importlib.util.find_spec("cutlass") is not None
+        and importlib.util.find_spec("cutlass.operators") is not None,
+        "NATIVE_NVGEMM_EPILOGUE_FUSION": True,
         "DISTRIBUTED": True,
         "NATIVE_RECONFIGURE": True,
         "GLOO_RECONFIGURE": True,

@@ -1,0 +1,154 @@
+"""What Inductor's generated code calls when a ptc CuTeDSL candidate runs (or is benchmarked).
+
+``extern_kernels.ptc_nvgemm_mm(a, b, out=buf, operator=NAME, arch="100a")`` and
+its ``addmm``/``bmm`` siblings find the ``cutlass.operators`` operator by name
+(an args-filtered query, memoized), compile it once per shape signature, and
+launch it on the current stream. Everything before the launch also runs on
+CPU; the launch needs a CUDA tensor and raises :class:`FeatureUnavailable`
+(a ``RuntimeError``, which Inductor's autotuner scores as an infinitely slow
+choice) where there is none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from ptc.errors import FeatureUnavailable
+
+__all__ = [
+    "ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm", "ptc_nvgemm_fused",
+    "ptc_reference_mm", "launcher", "launch_cutlass",
+]
+
+_lock = threading.Lock()
+_ops: Dict[Tuple, object] = {}
+_artifacts: Dict[Tuple, object] = {}
+
+
+def _sig(*tensors) -> Tuple:
+    return tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors)
+
+
+def find_operator(operator: str, arch: str, args):
+    """The ``cutlass.operators`` operator named ``operator`` that supports ``args`` on ``arch``.
+
+    Raises:
+      FeatureUnavailable: no such operator supports these arguments.
+    """
+    import cutlass.operators as co
+
+    for op in co.get_operators(args=args, target_sm=arch):
+        if op.metadata.operator_name == operator:
+            return op
+    raise FeatureUnavailable(f"cutlass.operators has no operator {operator} for these tensors on sm_{arch}")
+
+
+def launch_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[str], operands) -> None:
+    """Compile (once) and launch ``cutlass.operators`` operator ``operator`` for these tensors."""
+    if out.device.type != "cuda":
+        raise FeatureUnavailable(
+            f"ptc CuTeDSL kernel {operator} needs CUDA tensors, got {out.device}", "CUDA_AVAILABLE"
+        )
+    import cutlass.operators as co
+
+    epi = None
+    if epilogue_source is not None:
+        epi = co.EpilogueArguments(epilogue_source, D=out, **operands)
+    args = co.GemmArguments(A=a, B=b, out=out, accumulator_type=torch.float32, epilogue=epi)
+    key = (operator, arch, _sig(a, b, out, *operands.values()), epilogue_source)
+    with _lock:
+        op = _ops.get(key)
+        if op is None:
+            op = _ops[key] = find_operator(operator, arch, args)
+        artifact = _artifacts.get(key)
+        if artifact is None:
+            artifact = _artifacts[key] = op.compile(args, target_sm=arch)
+    workspace = None
+    size = op.get_workspace_size(args).size_bytes
+    if size:
+        workspace = torch.empty(size, dtype=torch.int8, device=out.device)
+        op.initialize_workspace(args, workspace)
+    op.run(args, artifact, stream=torch.cuda.current_stream(), workspace=workspace, assume_supported_args=True)
+
+
+_launcher: Callable = launch_cutlass
+
+
+@contextlib.contextmanager
+def launcher(fn: Callable):
+    """Route ptc kernel launches to ``fn(operator, arch, a, b, out, epilogue_source, operands)``
+    inside the block (for tracing calls, or for exercising the dispatch on CPU)."""
+    global _launcher
+    old, _launcher = _launcher, fn
+    try:
+        yield
+    finally:
+        _launcher = old
+
+
+def ptc_nvgemm_mm(a, b, *, out, operator: str, arch: str):
+    """``out = a @ b`` with CuTeDSL operator ``operator`` (an Inductor extern kernel)."""
+    _launcher(operator, arch, a, b, out, None, {})
+    return out
+
+
+def ptc_nvgemm_bmm(a, b, *, out, operator: str, arch: str):
+    """``out = torch.bmm(a, b)`` with CuTeDSL operator ``operator``."""
+    _launcher(operator, arch, a, b, out, None, {})
+    return out
+
+
+def ptc_nvgemm_addmm(bias, a, b, *, out, operator: str, arch: str, source: str, name: str):
+    """``out = bias + a @ b`` (alpha = beta = 1) with the add fused into an EFC epilogue.
+
+    ``name`` is ``"bias"`` for a row-broadcast bias (an (N,) tensor, or Inductor's
+    expanded (M, N) view with stride 0 along M, passed as its row) and
+    ``"residual"`` for a full (M, N) input.
+    """
+    if name == "bias" and bias.dim() == 2:
+        bias = bias[0]
+    _launcher(operator, arch, a, b, out, source, {name: bias})
+    return out
+
+
+def ptc_reference_mm(a, b, *operands, out):
+    """``out = a @ b`` with ATen, ignoring ``operands``: the timing reference a fused
+    candidate must beat (the GEMM alone, without its epilogue)."""
+    return torch.mm(a, b, out=out)
+
+
+def ptc_nvgemm_fused(a, b, *operands, out, operator: str, arch: str, source: str, names: str):
+    """``out = epilogue(a @ b)`` with the epilogue (EVT ``source``) fused into CuTeDSL
+    EFC operator ``operator``; ``names`` lists the operands' EVT names, comma-separated."""
+    keys = [n for n in names.split(",") if n]
+    ops = {}
+    for k, t in zip(keys, operands):
+        ops[k] = t
+    _launcher(operator, arch, a, b, out, source, ops)
+    return out
+
+
+def ptc_nvgemm_scaled_mm(a, b, scale_a, scale_b, *bias, out, operator: str, arch: str, source: str, names: str):
+    """``out = (a @ b) * scale_a * scale_b (+ bias)`` for FP8 ``a``/``b``: the dequantisation
+    (and bias) fused into an EFC epilogue.
+
+    Scales are float32, per tensor (one element each) or per row/column
+    (``scale_a`` (M, 1), ``scale_b`` (1, N)); they are passed as the (M, 1)
+    column-major and (N,) operands the epilogue reads.
+    """
+    m, n = out.shape
+    if scale_a.numel() == 1:
+        scale_a = scale_a.reshape(1, 1).expand(m, 1)
+    col = torch.empty_strided((m, 1), (1, m), dtype=torch.float32, device=out.device)
+    col.copy_(scale_a.reshape(m, 1))
+    row = scale_b.reshape(-1).expand(n).contiguous() if scale_b.numel() == 1 else scale_b.reshape(n)
+    ops = {"scale_a": col, "scale_b": row}
+    if bias:
+        ops["bias"] = bias[0]
+    keys = [k for k in names.split(",") if k]
+    _launcher(operator, arch, a, b, out, source, {k: ops[k] for k in keys})
+    return out

@@ -1,0 +1,77 @@
+"""`ptc gemm explain` and `ptc demo gemm` as a user runs them (in-process)."""
+
+import pytest
+
+from ptc import cli
+from ptc.gemm import AutotuneDB, Key, plan, GemmProblem
+
+from .conftest import needs_ops
+
+pytestmark = needs_ops
+
+
+def test_explain_lists_candidates_reasons_and_fusion(capsys):
+    assert cli.main(["gemm", "explain", "--target", "B200", "-m", "128", "-n", "4096", "-k", "4096",
+                     "--epilogue", "bias,gelu"]) == 0
+    out = capsys.readouterr().out
+    assert "problem  mm:bf16xbf16->bf16:m128n4096k4096:tn   target B200" in out
+    assert "not fused: exact GELU needs erf" in out
+    assert "rank  candidate" in out and "dropped:" in out and "more: cluster" in out
+
+
+def test_explain_all_lists_every_kernel(capsys):
+    assert cli.main(["gemm", "explain", "--target", "H100", "-m", "64", "-n", "256", "-k", "256", "--all"]) == 0
+    out = capsys.readouterr().out
+    considered = int(out.split("kernels  ")[1].split(" compatible")[0])
+    rows = [ln for ln in out.splitlines() if ln.startswith("    t") or ln.lstrip()[:1].isdigit()]
+    assert len(rows) == considered and "more:" not in out
+
+
+def test_explain_shows_measured_times_and_winner_from_a_db(tmp_path, capsys):
+    problem = GemmProblem("mm", 16, 4096, 4096)
+    best = "ptc_nvgemm_" + plan(problem, "B200").selected[0].label.replace(" ", "_")
+    db = AutotuneDB(tmp_path / "db.json")
+    db.record(Key("B200", "t", "d", "mm", problem.signature()), {"mm": 20.0, best: 15.0})
+    db.save()
+    assert cli.main(["gemm", "explain", "--signature", problem.signature(), "--db", str(tmp_path / "db.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"{best}" in out and "15.0  <- winner" in out and f"database winner: {best}" in out
+
+
+def test_explain_errors_are_reported_not_raised(capsys):
+    assert cli.main(["gemm", "explain", "-m", "1"]) == 2
+    assert "needs -m, -n and -k" in capsys.readouterr().err
+    assert cli.main(["gemm", "explain", "-m", "1", "-n", "1", "-k", "1", "--target", "V100"]) == 2
+    assert "target='V100' is not a known GPU" in capsys.readouterr().err
+
+
+def test_demo_section_runs(capsys):
+    from ptc import demo
+
+    demo.run(["gemm"])
+    out = capsys.readouterr().out
+    assert "fall back: exact GELU needs erf" in out and "pick: mm (faster by < 2% is a tie" in out
+    assert "database winner: ptc_nvgemm_" in out
+
+
+def test_capability_line():
+    from ptc.gemm import capability
+
+    assert capability("gemm").startswith("enable(): CuTeDSL mm/addmm/bmm candidates")
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
+    """benchmarks/gemm.py --dry-run: imports and plans on a CPU (the GPU run is the same script)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gemm.py"
+    spec = importlib.util.spec_from_file_location("ptc_bench_gemm", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main([str(tmp_path), "--dry-run", "--target", "B200"]) == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert len(plan) == 24 and all(len(v) == 8 for v in plan.values())
+    assert "dry run: 24 cases planned for B200" in (tmp_path / "log.txt").read_text()

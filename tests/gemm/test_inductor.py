@@ -1,0 +1,285 @@
+"""ptc.gemm.enable() inside Inductor's max-autotune, on CPU: candidates join, failures score inf,
+injected timings pick winners, fused epilogues replace GEMM + chain, the database prunes.
+
+The CuTeDSL kernels cannot launch without a GPU; here their launch is routed to a CPU stand-in
+(``runtime.launcher``) or left to fail, which is exactly the autotuner's fallback path.
+"""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ptc.gemm as gemm
+from ptc.errors import PtcTypeError, PtcValueError
+from ptc.gemm import runtime
+from ptc.gemm.epilogue import Epilogue
+
+from .conftest import CpuLauncher, compile_and_run, injected_timings, needs_ops
+
+pytestmark = [needs_ops, pytest.mark.slow]
+
+G = torch.Generator().manual_seed(0)
+X = torch.randn(2, 16, 64, generator=G).bfloat16()
+W = torch.randn(48, 64, generator=G).bfloat16()
+BIAS = torch.randn(48, generator=G).bfloat16()
+RES = torch.randn(2, 16, 48, generator=G).bfloat16()
+A, B = X[0], W.t().contiguous()
+
+
+def mlp(x, w, bias, r):
+    return F.silu(F.linear(x, w, bias)) * 0.5 + r
+
+
+def ptc_fastest(name):
+    return 0.5 if name.startswith("ptc_nvgemm") else 1.0
+
+
+def ptc_slowest(name):
+    return 2.0 if name.startswith("ptc_nvgemm") else 1.0
+
+
+def session(**kw):
+    kw.setdefault("target", "B200")
+    kw.setdefault("device_types", ("cpu",))
+    return gemm.enable(**kw)
+
+
+def test_candidates_that_cannot_launch_score_inf_and_aten_is_kept():
+    with session() as s:
+        out, code = compile_and_run(lambda a, b: a @ b, A, B)
+    torch.testing.assert_close(out, A @ B)
+    assert "extern_kernels.mm(" in code and "ptc_nvgemm" not in code
+    (r,) = s.reports
+    assert r.op == "mm" and r.problem.signature() == "mm:bf16xbf16->bf16:m16n48k64:tt"
+    ptc = [n for n in r.timings_us if n.startswith("ptc_nvgemm")]
+    assert len(ptc) == len(r.plan.selected) > 0
+    assert all(r.timings_us[n] == float("inf") for n in ptc)
+    assert r.inductor_winner == r.ptc_winner == "mm"
+    assert "\nwinner   mm (kept by Inductor); tie rule picks mm" in gemm.format_report(r)
+
+
+def test_fastest_ptc_candidate_is_compiled_into_the_graph():
+    launcher = CpuLauncher()
+    with session() as s, injected_timings(ptc_fastest), runtime.launcher(launcher):
+        out, code = compile_and_run(lambda a, b: torch.bmm(a, b), X, W.t().expand(2, 64, 48))
+    torch.testing.assert_close(out, torch.bmm(X, W.t().expand(2, 64, 48)), rtol=2e-2, atol=2e-2)
+    (r,) = s.reports
+    assert r.op == "bmm" and r.inductor_winner.startswith("ptc_nvgemm")
+    operator = r.candidate_of[r.inductor_winner]
+    assert f"extern_kernels.ptc_nvgemm_bmm(" in code and f"operator='{operator}'" in code and "arch='100a'" in code
+    assert launcher.calls and launcher.calls[0][0] == operator
+
+
+def test_addmm_bias_is_fused_as_an_epilogue():
+    launcher = CpuLauncher(Epilogue.parse("bias"))
+    with session(fuse_epilogues=False) as s, injected_timings(ptc_fastest), runtime.launcher(launcher):
+        out, code = compile_and_run(lambda x, w, b: F.linear(x, w, b), A, W, BIAS)
+    torch.testing.assert_close(out, F.linear(A, W, BIAS), rtol=2e-2, atol=2e-2)
+    (r,) = s.reports
+    assert r.op == "addmm" and r.plan.fusion.fused and "ptc_nvgemm_addmm(" in code
+    assert launcher.calls[0][4].startswith("def epilogue(accum, bias)")
+
+
+def test_fused_epilogue_wins_and_replaces_the_chain():
+    launcher = CpuLauncher(Epilogue.parse("bias,silu,scale,residual", alpha=0.5))
+    with session() as s, injected_timings(ptc_fastest), runtime.launcher(launcher):
+        out, code = compile_and_run(mlp, X, W, BIAS, RES)
+    torch.testing.assert_close(out, mlp(X, W, BIAS, RES), rtol=3e-2, atol=3e-2)
+    fused = [r for r in s.reports if r.op == "mm+epilogue"]
+    assert len(fused) == 1 and fused[0].inductor_winner.startswith("ptc_nvgemm")
+    assert "extern_kernels.ptc_nvgemm_fused(" in code and "names='bias,residual'" in code
+    assert "sigmoid" not in code.split("ptc_nvgemm_fused(")[0].split("def call")[-1]  # nothing left unfused
+    assert launcher.calls[0][4].startswith("def epilogue(accum, bias, residual)")
+
+
+def test_when_aten_gemm_alone_is_faster_the_chain_is_lowered_unfused():
+    with session() as s, injected_timings(ptc_slowest):
+        out, code = compile_and_run(mlp, X, W, BIAS, RES)
+    torch.testing.assert_close(out, mlp(X, W, BIAS, RES), rtol=3e-2, atol=3e-2)
+    (fused,) = [r for r in s.reports if r.op == "mm+epilogue"]
+    assert fused.inductor_winner == "ptc_reference_mm" and "lowered unfused" in fused.note
+    assert "ptc_nvgemm" not in code and "ptc_reference_mm" not in code
+    assert "extern_kernels.mm(" in code  # Inductor's own mm, then its fused pointwise kernel
+
+
+def test_unfusible_chain_is_left_alone_with_a_logged_reason(caplog):
+    def f(x, w):
+        return F.gelu(x @ w.t())  # exact GELU: erf
+
+    with caplog.at_level(logging.INFO, logger="ptc.gemm"), session() as s:
+        out, code = compile_and_run(f, A, W)
+    torch.testing.assert_close(out, f(A, W), rtol=2e-2, atol=2e-2)
+    assert "ptc_nvgemm_fused" not in code
+    assert any("exact GELU needs erf" in r.note for r in s.reports)
+    assert "exact GELU needs erf" in caplog.text
+
+
+def test_database_records_then_prunes(tmp_path):
+    path = tmp_path / "gemm.json"
+    launcher = CpuLauncher()
+    with session(db=str(path)) as s, injected_timings(ptc_fastest), runtime.launcher(launcher):
+        compile_and_run(lambda a, b: a @ b, A, B)
+    # all ptc candidates tie at 0.5 ms: the tie rule (ptc's override_best_choice) decides, as the database does
+    winner = s.reports[0].ptc_winner
+    assert winner == gemm.pick(s.reports[0].timings_us) == s.reports[0].inductor_winner
+    db = gemm.AutotuneDB(path)
+    (key,) = db.keys()
+    assert key.gpu == "B200" and key.op == "mm" and db.winner(key) == winner
+
+    # a second process (here: session) with the file benchmarks nothing and uses the winner
+    with session(db=str(path)) as s2, injected_timings(lambda n: pytest.fail(f"benchmarked {n}")), \
+            runtime.launcher(launcher):
+        out, code = compile_and_run(lambda a, b: a @ b, A, B)
+    torch.testing.assert_close(out, A @ B, rtol=2e-2, atol=2e-2)
+    assert s2.reports[0].from_db == winner and "ptc_nvgemm_mm(" in code
+
+
+def test_ties_within_two_percent_keep_aten():
+    with session() as s, injected_timings(lambda n: 0.99 if n.startswith("ptc_nvgemm") else 1.0), \
+            runtime.launcher(CpuLauncher()):
+        out, code = compile_and_run(lambda a, b: a @ b, A, B)
+    (r,) = s.reports
+    assert r.inductor_winner == r.ptc_winner == "mm" and "extern_kernels.mm(" in code and "ptc_nvgemm" not in code
+
+
+def test_planning_errors_never_break_compilation(monkeypatch, caplog):
+    import ptc.gemm.inductor as ind
+
+    def boom(*a, **k):
+        raise RuntimeError("planner exploded")
+
+    monkeypatch.setattr(ind, "plan", boom)
+    with caplog.at_level(logging.WARNING, logger="ptc.gemm"), session(fuse_epilogues=False):
+        out, code = compile_and_run(lambda a, b: a @ b, A, B)
+    torch.testing.assert_close(out, A @ B)
+    assert "planner exploded" in caplog.text and "ptc_nvgemm" not in code
+
+
+def test_enable_validates_and_disable_restores():
+    from torch._inductor import config
+    from torch._inductor import select_algorithm as sa
+
+    before = (config.max_autotune_gemm_backends, config.pre_grad_custom_pass,
+              list(sa.get_algorithm_selector_cache().preprocessing_fns))
+    with pytest.raises(PtcTypeError, match="backends must be a sequence"):
+        gemm.enable("NVGEMM")
+    with pytest.raises(PtcValueError, match="each must be one of ATEN, TRITON, NVGEMM"):
+        gemm.enable(("CUBLAS",))
+    with pytest.raises(PtcValueError, match="target='A100' is not a known GPU"):
+        gemm.enable(target="A100")
+    with pytest.raises(PtcValueError, match="max_candidates must be an int >= 1"):
+        gemm.enable(max_candidates=0)
+    s = gemm.enable(("NVGEMM", "ATEN"), target="H100")
+    assert config.max_autotune_gemm_backends.startswith("ATEN") and "TRITON" not in config.max_autotune_gemm_backends
+    with pytest.raises(PtcValueError, match="already enabled"):
+        gemm.enable()
+    s.disable()
+    s.disable()  # idempotent
+    assert gemm.active_session() is None
+    assert (config.max_autotune_gemm_backends, config.pre_grad_custom_pass,
+            list(sa.get_algorithm_selector_cache().preprocessing_fns)) == before
+
+
+def test_enable_registers_kernels_and_keys_the_graph_cache():
+    """Cached graphs call extern_kernels.ptc_* by name, and must not leak into processes without ptc."""
+    from torch._inductor import config
+    from torch._inductor.select_algorithm import extern_kernels
+
+    with session(fuse_epilogues=False):
+        names = [n for n in ("ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm",
+                             "ptc_nvgemm_fused", "ptc_reference_mm") if callable(getattr(extern_kernels, n, None))]
+        uuid = config.pre_grad_custom_pass.uuid()
+    assert len(names) == 6
+    assert b"ptc.gemm" in uuid and b"fuse=False" in uuid
+    assert config.pre_grad_custom_pass is None  # restored
+
+
+def test_eager_op_matches_the_chain():
+    """ptc::gemm_epilogue outside compile computes epilogue(a @ b)."""
+    out = torch.ops.ptc.gemm_epilogue(A, W.t(), [BIAS, RES[0]], "bias,silu,scale,residual", 0.5)
+    torch.testing.assert_close(out, mlp(A, W, BIAS, RES[0]), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("mode", ["row", "tensor"])
+def test_scaled_mm_fp8_gets_fused_dequant_candidates(mode):
+    a = torch.randn(32, 64, generator=G).to(torch.float8_e4m3fn)
+    b = torch.randn(48, 64, generator=G).to(torch.float8_e4m3fn).t()
+    sa, sb = (torch.rand(32, 1, generator=G), torch.rand(1, 48, generator=G)) if mode == "row" else (
+        torch.rand((), generator=G), torch.rand((), generator=G))
+
+    def f(a, b, sa, sb):
+        return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+
+    launcher = CpuLauncher(Epilogue.parse("rowscale"))
+    with session(fuse_epilogues=False) as s, injected_timings(ptc_fastest), runtime.launcher(launcher):
+        out, code = compile_and_run(f, a, b, sa, sb)
+    torch.testing.assert_close(out, f(a, b, sa, sb), rtol=2e-2, atol=2e-2)
+    (r,) = s.reports
+    assert r.op == "scaled_mm" and r.problem.scale == mode and r.plan.fusion.fused
+    assert "extern_kernels.ptc_nvgemm_scaled_mm(" in code and "names='scale_a,scale_b'" in code
+    op, arch, a_shape, b_shape, source, names = launcher.calls[0]
+    assert source.startswith("def epilogue(accum, scale_a, scale_b)") and names == ("scale_a", "scale_b")
+
+
+def test_scaled_mm_on_hopper_says_why_it_has_no_candidates():
+    a = torch.randn(32, 64, generator=G).to(torch.float8_e4m3fn)
+    b = torch.randn(48, 64, generator=G).to(torch.float8_e4m3fn).t()
+    with session(target="H100") as s:
+        out, code = compile_and_run(lambda a, b, x, y: torch._scaled_mm(a, b, x, y, out_dtype=torch.bfloat16),
+                                    a, b, torch.rand(32, 1), torch.rand(1, 48))
+    assert "ptc_nvgemm" not in code
+    assert "needs the dequant epilogue" in s.reports[0].note
+
+
+def test_dynamic_shapes_get_no_ptc_candidates():
+    import torch._inductor.config as ic
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with session() as s, ic.patch(force_disable_caches=True):
+        out, code = run_and_get_code(torch.compile(lambda a, b: a @ b, mode="max-autotune", dynamic=True), A, B)
+    torch.testing.assert_close(out, A @ B)
+    assert "ptc_nvgemm" not in "\n".join(code)
+    mm = [r for r in s.reports if r.op == "mm"]
+    assert mm and all("dynamic shapes" in r.note for r in mm)
+
+
+def test_runtime_finds_planned_operators_by_name():
+    from ptc.errors import FeatureUnavailable
+    from ptc.gemm import catalog
+    from ptc.gemm.targets import TARGETS
+
+    problem = gemm.GemmProblem("mm", 128, 256, 64)
+    p = gemm.plan(problem, "B200")
+    args = catalog.meta_arguments(problem)
+    assert runtime.find_operator(p.selected[0].name, "100a", args).metadata.operator_name == p.selected[0].name
+    with pytest.raises(FeatureUnavailable, match="no operator cutedsl.Nope"):
+        runtime.find_operator("cutedsl.Nope", "100a", args)
+    with pytest.raises(FeatureUnavailable, match="needs CUDA tensors"):
+        runtime.ptc_nvgemm_mm(A, B, out=torch.empty(16, 48, dtype=torch.bfloat16), operator="x", arch="100a")
+    assert TARGETS["B200"].arch == "100a"
+
+
+def test_backends_restrict_the_competition_but_never_empty_it():
+    with session(backends=("NVGEMM",)) as s, injected_timings(ptc_fastest), runtime.launcher(CpuLauncher()):
+        compile_and_run(lambda a, b: a @ b, A, B)
+        a32, b32 = A.float(), B.float()  # f32: ptc plans no candidate, so ATen must stay
+        out, code = compile_and_run(lambda a, b: a @ b, a32, b32)
+    torch.testing.assert_close(out, a32 @ b32)
+    first, second = [r for r in s.reports if r.op == "mm"]
+    assert first.timings_us and all(n.startswith("ptc_nvgemm") for n in first.timings_us)
+    assert "ptc plans bf16/f16" in second.note and "kept Inductor's choices" in second.note
+
+
+def test_inputs_at_unaligned_offsets_get_no_ptc_candidates():
+    base = torch.randn(16 * 64 + 1, generator=G).bfloat16()
+
+    def f(base, b):
+        return base[1:].view(16, 64) @ b  # a view 1 element (2 bytes) into its storage
+
+    with session(fuse_epilogues=False) as s:
+        out, code = compile_and_run(f, base, B)
+    torch.testing.assert_close(out, f(base, B))
+    assert "ptc_nvgemm" not in code and "16-byte aligned" in s.reports[0].note
