@@ -128,6 +128,7 @@ class Coordinator:
         self._conns: Dict[int, _Conn] = {}  # fileno -> connection
         self._workers: Dict[int, _Conn] = {}  # worker id -> connection (live, registered)
         self.generation = 0
+        self.finished = False
         self.members: List[int] = []
         self._ready: Dict[int, str] = {}
         self._joiners: List[int] = []
@@ -244,6 +245,14 @@ class Coordinator:
             self._event("left", worker=worker)
             if worker in self._joiners:
                 self._joiners.remove(worker)
+            if self.members and not any(m in self._workers for m in self.members):
+                self.finished = True  # every member left cleanly: the job is over
+                self._event("job_finished", gen=self.generation)
+                for joiner in list(self._joiners):  # nobody is left to admit them
+                    waiting = self._workers.pop(joiner)
+                    self._send(waiting, {"t": "fenced", "reason": "the job has finished: every member left"})
+                    self._close(waiting)
+                self._joiners = []
             return
         self._lost(worker, why)
 
@@ -318,6 +327,9 @@ class Coordinator:
             elif world != self.world_size:
                 self._refuse(conn, f"world_size = {world}: this job was started with world_size = {self.world_size}")
                 return
+        if self.finished:
+            self._refuse(conn, "the job has finished: every member of its last generation left cleanly")
+            return
         existing = self._workers.get(worker)
         if existing is not None:
             self._refuse(conn, f"worker id {worker} is already taken by a live process (pid {existing.pid})")

@@ -310,7 +310,7 @@ class FaultTolerantGroup:
         *,
         heartbeat_interval: float = 0.1,
         timeout: float = 60.0,
-        reconfigure_timeout: float = 5.0,
+        reconfigure_timeout: float = 2.0,
         join_timeout: float = 60.0,
         connect_timeout: float = 30.0,
         engine: str = "auto",

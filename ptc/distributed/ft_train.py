@@ -129,15 +129,18 @@ class Trainer:
         ft = self.group
         gen = ft._current()
         continuing = ft.previous is not None and self.group.worker_id in ft.previous.members
-        big = 1 << 40
+        # one max-reduction picks the source: the most committed steps among continuing members, then the lowest rank
+        span = 1 << 20
+        key = self.step * span + (span - 1 - ft.rank) if continuing else -1
         crc = self.checksum()
-        mine = self.step if continuing else -1
-        stats = torch.tensor([mine, -self.step, -(ft.rank if continuing else big), crc, -crc, self.step], dtype=torch.int64)
+        stats = torch.tensor([key, -self.step, crc, -crc, self.step], dtype=torch.int64)
         ft.allreduce(stats, "max")
-        best, low, source, crc_max, crc_min = int(stats[0]), -int(stats[1]), -int(stats[2]), int(stats[3]), -int(stats[4])
-        if source >= big:
-            source = 0  # nobody has a past: everyone starts fresh; take rank 0's
-        in_sync = crc_max == crc_min and low == int(stats[5]) and (best == -1 or best == low) and not gen.joined
+        best_key, low, crc_max, crc_min, high = int(stats[0]), -int(stats[1]), int(stats[2]), -int(stats[3]), int(stats[4])
+        if best_key < 0:
+            best, source = -1, 0  # nobody has a past: everyone starts fresh; take rank 0's
+        else:
+            best, source = best_key // span, span - 1 - best_key % span
+        in_sync = crc_max == crc_min and low == high and (best == -1 or best == low) and not gen.joined
         moved = 0
         if not in_sync:
             moved = self._broadcast_state(source)

@@ -429,3 +429,43 @@ def test_unreachable_bootstrap_store_is_a_clear_connection_error(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", str(port))
     with pytest.raises(CoordinatorUnreachable, match=f"store 127.0.0.1:{port}"):
         init_fault_tolerant(worker_id=0, world_size=1, connect_timeout=1.0)
+
+
+def test_a_finished_job_admits_nobody(coordinator):
+    a, b = Client(coordinator, 0, world=2), Client(coordinator, 1, world=2)
+    a.expect("gen"), b.expect("gen")
+    waiting = Client(coordinator, 2)
+    waiting.expect("welcome")
+    for client in (a, b):
+        client.send(t="leave")
+        client.close()
+    assert "job has finished" in waiting.expect("fenced")["reason"]
+    late = Client(coordinator, 3)
+    assert "job has finished" in late.expect("refused")["error"]
+    waiting.close(), late.close()
+
+
+def test_sync_takes_the_member_with_the_most_committed_steps_even_if_it_is_not_rank_0(coordinator):
+    """After a failure some survivors may have committed a step the others did not: the step is kept."""
+    groups = _groups(coordinator, 2)
+    try:
+        trainers = []
+        for g in groups:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(3, 1).double()
+            trainers.append(Trainer(g, model, torch.optim.SGD(model.parameters(), lr=0.1)))
+        _each(trainers, lambda t: t.sync_state())
+        groups[0]._link.send({"t": "fail", "gen": 1, "err": "simulated"})  # same members, next generation
+        assert _each(groups, lambda g: g.recover().number) == [2, 2]
+        ahead = trainers[1]  # rank 1 committed one more step than rank 0
+        with torch.no_grad():
+            ahead.module.weight.add_(1.0)
+        ahead.step, ahead.history = 1, [(0, 1, (0, 1))]
+        _each(trainers, lambda t: t.sync_state())
+        assert [t.step for t in trainers] == [1, 1]
+        assert torch.equal(trainers[0].module.weight, ahead.module.weight)
+        assert trainers[0].history == [(0, 1, (0, 1))]
+        assert trainers[0].syncs[-1]["source"] == 1 and trainers[0].syncs[-1]["bytes"] > 0
+    finally:
+        for g in groups:
+            g.close()

@@ -1,0 +1,413 @@
+"""Fault-tolerant training (issue 9): ptc against torchrun's restart-the-world, in one run.
+
+    python benchmarks/ft.py [--quick] [--json PATH] [--reps 4] [--sizes 4,8,16] [--engines native,rebuild]
+
+For the running torch, on 127.0.0.1 with gloo, ``ft_example``'s MLP (float64)
+through :class:`ptc.distributed.Trainer`, workers started by
+:class:`~ptc.distributed.ft_launch.LocalJob` (the demo's worker:
+``python -m ptc.distributed.ft_demo --worker``), faults from
+:mod:`~ptc.distributed.ft_faults`.  Every time is read from the launcher's
+timeline (one clock) relative to the fault (the victim announces it just
+before the signal):
+
+* detect: first sign of the failure (the coordinator sees the EOF, or a
+  survivor's collective fails); resume: every survivor has committed a step
+  in the new generation (the last one's first commit); lost: committed steps
+  (commit events) missing from the final history; final parameters compared
+  across workers (bit-identical) and with a single-process replay;
+* rejoin: spawn -> process up (hello: exec, ``import torch``, warm-up) and
+  protocol (hello -> the joiner's first committed step: admission at a step
+  boundary, reconfigure, state transfer, one step);
+* steady-state step time (sleep 0, N workers) against plain torch DDP on
+  gloo (``benchmarks/ft_torchrun_worker.py`` started with the same number
+  of processes), runs interleaved, median step time of worker 0;
+* how kill-to-resume and rejoin grow with the world size;
+* torchrun ``--max-restarts 1`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+  and a checkpoint every 20 steps: kill -> first step after the restart,
+  steps redone;
+* torchft 0.2.0 only if ``import torchft`` works.
+
+Goals (issue 9): kill-to-resume median under 100 ms with 4 workers, no lost
+committed step, step-time overhead under 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from ptc import _compat  # noqa: E402
+from ptc.distributed import ft_demo  # noqa: E402
+from ptc.distributed import ft_faults as F  # noqa: E402
+from ptc.distributed.ft_launch import LocalJob  # noqa: E402
+
+SLEEP = 0.01  # simulated compute per step in the failure scenarios
+QUICK_SCENARIOS = ("kill in collective", "SIGSTOP, SIGCONT 2 s", "joiner (new worker)")
+KILL_COLLECTIVE = 44  # 4 collectives of the first state sync, then one per step: step 39's gradient allreduce
+
+
+def _med(values: List[Optional[float]]) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _rng(values: List[Optional[float]]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.0f}"
+    return f"{statistics.median(values):.0f} [{min(values):.0f}-{max(values):.0f}]"
+
+
+# --- ptc scenarios ----------------------------------------------------------------
+
+
+def scenarios(world: int) -> Dict[str, Dict[str, Any]]:
+    """name -> LocalJob arguments and worker options."""
+    adaptive = ["--steps", "80", "--max-steps", "3000", "--until-size", str(world), "--tail", "20"]
+    fixed = ["--steps", "120"]
+    return {
+        "kill in collective": dict(faults=[F.kill_in_collective(KILL_COLLECTIVE, worker=2)], restart_after=0.0,
+                                   options=adaptive),  # fmt: skip
+        "kill between steps": dict(faults=[F.kill_between_steps(40, worker=2)], options=fixed),
+        "kill rank 0": dict(faults=[F.kill_in_collective(KILL_COLLECTIVE, rank=0)], options=fixed),
+        "SIGSTOP, SIGCONT 2 s": dict(faults=[F.stop_at_step(40, worker=2, cont_after=2.0)], heartbeat_timeout=1.0,
+                                     options=adaptive),  # fmt: skip
+        "two in a row": dict(faults=[F.kill_in_collective(KILL_COLLECTIVE, worker=2), F.kill_during_reconfigure(2, worker=1)],
+                             options=fixed),  # fmt: skip
+        "joiner (new worker)": dict(joins=[(40, world)], options=["--steps", "80", "--max-steps", "3000", "--until-size",
+                                                                   str(world + 1), "--tail", "20"]),  # fmt: skip
+    }
+
+
+def run_ptc(world: int, engine: str, spec: Dict[str, Any], *, timeout: float, sleep: float = SLEEP) -> Dict[str, Any]:
+    out = Path(tempfile.mkdtemp(prefix="ptc-ft-bench-"))
+    command = ft_demo.worker_command(str(out / "states"), *spec["options"], "--sleep", str(sleep), "--engine", engine)
+    job = LocalJob(command, world, faults=spec.get("faults", ()), joins=spec.get("joins", ()),
+                   restart_after=spec.get("restart_after"), heartbeat_timeout=spec.get("heartbeat_timeout", 3.0),
+                   log_dir=out / "logs")  # fmt: skip
+    result = job.run(timeout=timeout)
+    states = ft_demo.load_states(out / "states")
+    (out / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in result.events))
+    info = ft_demo.analyze(result.events, states)
+    info["timed_out"] = result.timed_out
+    info["elapsed_s"] = round(result.elapsed, 1)
+    info["out"] = str(out)
+    info["returncodes"] = [(r.worker, r.kind, r.returncode) for r in result.runs]
+    info["_events"], info["_states"] = result.events, states
+    if result.timed_out or not info.get("params_equal"):
+        print(f"    !! run in {out} timed out or diverged; logs: {out / 'logs'}", flush=True)
+    return info
+
+
+def run_ptc_repeated(world: int, engine: str, kills: int, *, spacing: int = 700, timeout: float = 240) -> List[Dict[str, Any]]:
+    """``kills`` repetitions of "kill in collective" in one job (starting 4 processes
+    costs more than the measurement): initial workers 2, 1, 3, 0, ... SIGKILL
+    themselves ``spacing`` collectives apart, each is restarted at once and
+    rejoins before the next kill (checked: ``survivors`` says who was there)."""
+    order = [2, 1, 3, 0] + list(range(4, world))
+    victims = [v for v in order if v < world][:kills]
+    faults = [F.kill_in_collective(KILL_COLLECTIVE + i * spacing, worker=v) for i, v in enumerate(victims)]
+    last = KILL_COLLECTIVE + (len(victims) - 1) * spacing
+    spec = dict(faults=faults, restart_after=0.0,
+                options=["--steps", str(last + 40), "--max-steps", str(last + 3000), "--until-size", str(world),
+                         "--tail", "20"])  # fmt: skip
+    first = run_ptc(world, engine, spec, timeout=timeout)
+    events = first.pop("_events")
+    states = first.pop("_states")
+    infos = [first]
+    for i in range(1, len(victims)):
+        info = ft_demo.analyze(events, states, fault_index=i)
+        info.update(timed_out=first["timed_out"], elapsed_s=first["elapsed_s"], out=first["out"])
+        infos.append(info)
+    return infos
+
+
+def _rejoin(info: Dict[str, Any], key: str) -> Optional[float]:
+    values = [r[key] for r in info.get("rejoins", []) if r.get(key) is not None and not r.get("nobody_left")]
+    return values[0] if values else None
+
+
+def _row(name: str, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {
+        "scenario": name,
+        "runs": len(runs),
+        "detect_ms": [r.get("detect_ms") for r in runs],
+        "released_ms": [r.get("released_ms") for r in runs],
+        "resume_ms": [r.get("resume_ms") for r in runs],
+        "reconfigure_max_ms": [r.get("reconfigure_max_ms") for r in runs],
+        "lost": [r.get("lost") for r in runs],
+        "rejoin_process_ms": [_rejoin(r, "hello") for r in runs],
+        "rejoin_started_ms": [_rejoin(r, "started") for r in runs],
+        "rejoin_protocol_ms": [_rejoin(r, "protocol_ms") for r in runs],
+        "params_equal": all(r.get("params_equal") for r in runs),
+        "replay_equal": all(r.get("replay_equal") for r in runs),
+        "timed_out": any(r.get("timed_out") for r in runs),
+    }
+
+
+def print_rows(title: str, rows: List[Dict[str, Any]]) -> None:
+    print(f"\n{title}  (ms after the fault; median [min-max] over runs)")
+    header = f"{'scenario':24} {'runs':>4} {'detect':>14} {'resume':>16} {'reconf':>7} {'lost':>5} " \
+             f"{'rejoin: proc start':>19} {'protocol':>13} {'params':>7}"  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        lost = [x for x in r["lost"] if x is not None]
+        ok = "equal" if r["params_equal"] and r["replay_equal"] and not r["timed_out"] else "FAIL"
+        print(f"{r['scenario']:24} {r['runs']:>4} {_rng(r['detect_ms']):>14} {_rng(r['resume_ms']):>16} "
+              f"{_med(r['reconfigure_max_ms']) or float('nan'):>7.1f} {max(lost) if lost else 'n/a':>5} "
+              f"{_rng(r['rejoin_process_ms']):>19} {_rng(r['rejoin_protocol_ms']):>13} {ok:>7}")  # fmt: skip
+
+
+# --- torchrun baseline -------------------------------------------------------------
+
+
+def _events(path: Path) -> List[Dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_torchrun(world: int, *, kill_at: int = 50, steps: int = 150, timeout: float = 180.0) -> Dict[str, Any]:
+    out = Path(tempfile.mkdtemp(prefix="ptc-ft-torchrun-"))
+    log = out / "events.jsonl"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", str(world), "--max-restarts", "1", "--monitor-interval",
+           "0.1", str(ROOT / "benchmarks" / "ft_torchrun_worker.py"), "--steps", str(steps), "--ckpt-every", "20",
+           "--ckpt", str(out / "ckpt.pt"), "--kill-at", str(kill_at), "--victim", "2", "--sleep", str(SLEEP),
+           "--events", str(log)]  # fmt: skip
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}  # fmt: skip
+    with open(out / "torchrun.log", "wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)  # fmt: skip
+        deadline, done_at = time.monotonic() + timeout, None
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if done_at is None and sum(1 for e in _events(log) if e["event"] == "done") >= world:
+                done_at = time.monotonic()
+            if done_at is not None and time.monotonic() - done_at > 20:
+                break  # every rank finished, torchrun did not exit (seen on 2.13): do not wait for the timeout
+        timed_out = proc.poll() is None
+        if timed_out:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session this script created for torchrun
+        rc = proc.wait()
+    # torchrun puts each worker in a session of its own: stop the ones it left behind, by PID
+    for e in _events(log):
+        pid = e.get("pid") if e["event"] == "start" else None
+        try:
+            if pid and "ft_torchrun_worker" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    ev = _events(log)
+    kill = next((e for e in ev if e["event"] == "kill"), None)
+    info: Dict[str, Any] = {"returncode": rc, "timed_out": timed_out, "out": str(out)}
+    if kill is None:
+        return info
+    tk = kill["time"]
+    ms = lambda t: round((t - tk) * 1000, 1)  # noqa: E731
+    errors = [e["time"] for e in ev if e["event"] == "step_error" and e["time"] >= tk]
+    starts = [e["time"] for e in ev if e["event"] == "start" and e["attempt"] == 1]
+    inits = [e["time"] for e in ev if e["event"] == "init_pg" and e["attempt"] == 1]
+    firsts = [e["time"] for e in ev if e["event"] == "first_step" and e["attempt"] == 1]
+    restored = [e["step"] for e in ev if e["event"] == "restored" and e["attempt"] == 1]
+    done = [e for e in ev if e["event"] == "done"]
+    info.update({
+        "detect_ms": ms(min(errors)) if errors else None,  # a survivor's gloo error (the agent may stop it first)
+        "restart_first_start_ms": ms(min(starts)) if starts else None,
+        "restart_pg_ms": ms(max(inits)) if inits and len(inits) == world else None,
+        "resume_ms": ms(max(firsts)) if len(firsts) == world else None,
+        "steps_redone": kill["step"] - restored[0] if restored else None,
+        "params_equal": len(done) == world and len({d["w0"] for d in done}) == 1,
+        "hung_after_done": timed_out and len(done) == world,
+    })
+    return info
+
+
+# --- steady-state overhead --------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_plain_ddp(world: int, steps: int, timeout: float = 180.0) -> List[float]:
+    out = Path(tempfile.mkdtemp(prefix="ptc-ft-plain-"))
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}  # fmt: skip
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "ft_torchrun_worker.py"), "--steps", str(steps),
+               "--events", str(out / "events.jsonl"), "--times", str(out / "times.json")]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(out / f"err{rank}", "wb")))
+    from ptc.distributed.processes import wait_then_kill
+
+    wait_then_kill(procs, timeout)
+    path = out / "times.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def run_ptc_steady(world: int, steps: int, engine: str, ddp: bool, timeout: float = 180.0) -> List[float]:
+    out = Path(tempfile.mkdtemp(prefix="ptc-ft-steady-"))
+    options = ["--steps", str(steps), "--no-report", "--engine", engine] + (["--ddp"] if ddp else [])
+    job = LocalJob(ft_demo.worker_command(str(out / "states"), *options), world, heartbeat_timeout=5.0, log_dir=out / "logs")
+    job.run(timeout=timeout)
+    states = ft_demo.load_states(out / "states")
+    return list(states[0]["step_times"]) if 0 in states else []
+
+
+def overhead(world: int, steps: int, rounds: int, engine: str) -> Dict[str, Any]:
+    skip = 30
+    samples: Dict[str, List[float]] = {"plain DDP (gloo)": [], "ptc Trainer": [], "ptc Trainer, ddp=True": []}
+    for _ in range(rounds):
+        for name in samples:
+            if name.startswith("plain"):
+                times = run_plain_ddp(world, steps)
+            else:
+                times = run_ptc_steady(world, steps, engine, ddp=name.endswith("True"))
+            if len(times) > skip:
+                samples[name].append(statistics.median(times[skip:]) * 1000)
+    result = {name: {"median_ms_per_run": v, "median_ms": _med(v)} for name, v in samples.items()}
+    base = result["plain DDP (gloo)"]["median_ms"]
+    for name, r in result.items():
+        r["overhead_pct"] = None if not base or r["median_ms"] is None else round((r["median_ms"] / base - 1) * 100, 1)
+    return result
+
+
+# --- main -----------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="first engine only; kill in collective (2 repetitions), hang and joiner; size 4; one overhead round")
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions of 'kill in collective' at N=4 (one job, <= 4)")
+    parser.add_argument("--sizes", default=None, help="world sizes for the scaling runs (default 4,8; 16 takes minutes on 2 cores)")
+    parser.add_argument("--engines", default=None, help="default: native,rebuild where native exists, else rebuild")
+    parser.add_argument("--all-scenarios", action="store_true", help="every scenario with the second engine too")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,torchrun,overhead")
+    args = parser.parse_args()
+    reps = min(4, args.reps or (2 if args.quick else 4))
+    sizes = [int(s) for s in (args.sizes or ("4" if args.quick else "4,8")).split(",")]
+    engines = (args.engines or ("native,rebuild" if _compat.GLOO_RECONFIGURE else "rebuild")).split(",")
+    if args.quick and not args.engines:
+        engines = engines[:1]
+    skip = set(filter(None, args.skip.split(",")))
+    started = time.time()
+    results: Dict[str, Any] = {"torch": torch.__version__, "engines": engines, "cpus": os.cpu_count(),
+                               "load_avg_start": os.getloadavg()[0], "quick": args.quick}  # fmt: skip
+    print(f"ptc fault tolerance benchmark: torch {torch.__version__}, engines {engines}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}; step = {SLEEP * 1000:.0f} ms sleep + the MLP (float64)", flush=True)
+    try:
+        import torchft  # noqa: F401
+
+        results["torchft"] = "importable, but not benchmarked by this script yet"
+    except ImportError:
+        results["torchft"] = "absent (import torchft failed): not measured"
+    print(f"torchft: {results['torchft']}", flush=True)
+
+    if "scenarios" not in skip:
+        results["scenarios"] = {}
+        for engine in engines:
+            rows = []
+            for name, spec in scenarios(4).items():
+                if engine != engines[0] and name != "kill in collective" and not args.all_scenarios:
+                    continue  # the second engine: the main scenario only (time)
+                if args.quick and name not in QUICK_SCENARIOS:
+                    continue
+                n = reps if name == "kill in collective" else 1
+                if name == "kill in collective":
+                    pending = run_ptc_repeated(4, engine, n)
+                else:
+                    pending = None
+                runs = []
+                for _ in range(1 if pending is not None else n):
+                    infos = pending if pending is not None else [run_ptc(4, engine, spec, timeout=150)]
+                    for info in infos:
+                        info.pop("_events", None), info.pop("_states", None)
+                        runs.append(info)
+                        print(f"  [{engine}] {name}: resume {info.get('resume_ms')} ms, detect {info.get('detect_ms')} ms, "
+                              f"lost {info.get('lost')}, survivors {info.get('survivors')}, params equal "
+                              f"{info.get('params_equal')}, job {info['elapsed_s']} s", flush=True)  # fmt: skip
+                row = _row(name, runs)
+                row["detail"] = runs
+                rows.append(row)
+            results["scenarios"][engine] = rows
+            print_rows(f"ptc, engine {engine}, 4 workers", rows)
+            sys.stdout.flush()
+
+    if "scaling" not in skip:
+        engine = engines[0]
+        scaling = []
+        for world in sizes:
+            if world == 4 and "scenarios" in results:
+                runs = [r for r in results["scenarios"][engine][0]["detail"]]
+            else:
+                spec = scenarios(world)["kill in collective"]
+                t0 = time.time()
+                runs = [run_ptc(world, engine, spec, timeout=60 + 25 * world, sleep=0.02 if world > 8 else SLEEP)]
+                runs[0].pop("_events"), runs[0].pop("_states")
+                print(f"  [{engine}] N={world}: resume {runs[0].get('resume_ms')} ms, {time.time() - t0:.0f} s", flush=True)
+            row = _row(f"N={world}", runs)
+            row["detail"] = runs
+            scaling.append(row)
+        results["scaling"] = scaling
+        print_rows(f"ptc, engine {engine}, kill in collective, by world size", scaling)
+
+    if "torchrun" not in skip:
+        tr = run_torchrun(4)
+        results["torchrun"] = tr
+        print("\ntorchrun --max-restarts 1 (restart the world), 4 workers, checkpoint every 20 steps, "
+              "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, kill at step 50")  # fmt: skip
+        print(f"  kill -> first survivor error    {tr.get('detect_ms')} ms")
+        print(f"  kill -> restarted processes up  {tr.get('restart_first_start_ms')} ms")
+        print(f"  kill -> new process group       {tr.get('restart_pg_ms')} ms")
+        print(f"  kill -> first step after restart (all ranks)  {tr.get('resume_ms')} ms")
+        print(f"  steps redone                    {tr.get('steps_redone')}")
+        print(f"  final params equal              {tr.get('params_equal')}   (exit {tr.get('returncode')}, "
+              f"timed out {tr.get('timed_out')}, torchrun hung after every rank was done: {tr.get('hung_after_done')})")
+
+    if "overhead" not in skip:
+        world, steps = 4, (200 if args.quick else 300)
+        ov = overhead(world, steps, 1 if args.quick else 2, engines[0])
+        results["overhead"] = ov
+        print(f"\nsteady state, {world} workers, sleep 0, {steps} steps, median step time of worker 0 "
+              f"(median over {1 if args.quick else 2} interleaved runs), engine {engines[0]}")  # fmt: skip
+        for name, r in ov.items():
+            pct = "" if r["overhead_pct"] is None or name.startswith("plain") else f"   {r['overhead_pct']:+.1f} %"
+            runs = ", ".join(f"{v:.2f}" for v in r["median_ms_per_run"])
+            print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){pct}")
+
+    results["elapsed_s"] = round(time.time() - started, 1)
+    print(f"\nbenchmark done in {results['elapsed_s']:.0f} s; load average now {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+        print(f"results: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

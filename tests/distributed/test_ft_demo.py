@@ -1,0 +1,33 @@
+"""`ptc demo ft`: a worker killed mid-allreduce, the others go on, it rejoins; summary and timeline plot."""
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_ft_demo_runs_and_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ptc import demo
+    from ptc.distributed import ft_demo
+
+    assert demo.SECTIONS["ft"].target == "ptc.distributed.ft_demo:main"
+    lines = []
+    summary = ft_demo.run(tmp_path, write=lines.append)
+    text = "\n".join(lines)
+    assert not summary["timed_out"], text
+    assert "params equal" in text and summary["params_equal"], text
+    assert summary["replay_equal"], text
+    assert summary["lost"] == 0, text
+    assert summary["workers"] == [0, 1, 2, 3], text  # the killed worker came back and finished with the others
+    assert summary["resume_ms"] is not None and summary["detect_ms"] is not None, text
+    assert summary["detect_ms"] <= summary["resume_ms"], text
+    rejoin = summary["rejoins"][0]
+    assert rejoin["worker"] == 2 and rejoin["kind"] == "restart" and rejoin["first_commit"] is not None, text
+    png = tmp_path / "ft_timeline.png"
+    assert summary["png"] == str(png)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert 600 <= width <= 3000 and 300 <= height <= 3000, (width, height)
+    assert 20_000 < len(data) < 2_000_000
+    assert "timeline plot: " + str(png) in text
