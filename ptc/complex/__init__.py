@@ -10,7 +10,9 @@ fuses it into vectorised real kernels, in forward and backward graphs alike::
 
 Nothing happens on import; other ``torch.compile`` calls are untouched.
 GEMM/GEMV, linalg and FFTs keep their library kernels (inputs and outputs
-cross zero-copy); ops that raise for complex in eager raise the same way; ops
+cross zero-copy), and a graph that is only library kernels plus at most one
+other op runs as it is, on eager's kernels (nothing to fuse, no wrapper cost;
+``backend(library_graphs="compile")`` compiles it anyway); ops that raise for complex in eager raise the same way; ops
 without a rule run on their ATen kernel. ``coverage()`` lists which is which.
 """
 

@@ -14,6 +14,17 @@
    kernels that read interleaved (stride-2) memory are vectorised
    (``vectorize=False`` never patches; see :func:`wants_vectorization`).
 
+A Dynamo graph that is *library-bound* (complex values, at least one library
+kernel: GEMM/GEMV, FFT, linalg; and at most one other op that computes, e.g.
+the spectrum product of an FFT convolution; views do not count) is not
+compiled at all: the backend returns the graph's own ``forward``, so every op
+runs on its eager kernel and results are eager's bit for bit. There is nothing
+to fuse in such a graph, and AOTAutograd's runtime wrappers plus Inductor's
+wrapper cost more than they save; a lone complex elementwise op is also faster
+on ATen's hand-vectorised kernel than as a fused kernel that has to interleave
+its output (see :func:`library_bound`). ``library_graphs="compile"`` turns
+this off.
+
 The AOTAutograd cache is bypassed for these compiles (its key does not cover
 the rewrite); Inductor's FX-graph cache still works, keyed on the rewritten
 graphs. Nothing changes for any other ``torch.compile`` call.
@@ -123,18 +134,105 @@ def config_patches(vectorize: bool = True) -> Dict[str, Any]:
     return {}
 
 
+#: ATen ops that only make views, alias or query metadata: free at run time
+_FREE = {
+    "view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "select", "slice", "squeeze",
+    "unsqueeze", "alias", "view_as_real", "view_as_complex", "_conj", "_neg_view", "conj", "detach",
+    "resolve_conj", "resolve_neg", "real", "imag", "diagonal", "unflatten", "flatten", "as_strided",
+    "split", "split_with_sizes", "unbind", "chunk", "narrow", "movedim", "mT", "mH", "adjoint",
+    "expand_as", "view_as", "contiguous", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "_assert_tensor_metadata", "lift_fresh", "lift_fresh_copy",
+}
+
+
+def _aten_graph(gm: torch.fx.GraphModule, example_inputs) -> Optional[torch.fx.GraphModule]:
+    """``gm`` (a Dynamo graph) traced to ATen on fresh fake tensors, or None when that is not possible."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if not all(
+        (isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and type(x) in (torch.Tensor, torch.nn.Parameter))
+        or type(x) in (int, float, bool)
+        for x in example_inputs
+    ):
+        return None  # symbolic sizes, subclasses, fake inputs: leave these to the compile path
+    try:
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+        args = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        with torch._guards.tracing(None), mode, torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return make_fx(gm, tracing_mode="real")(*args)
+    except Exception:  # noqa: BLE001 - anything Dynamo can run but make_fx cannot: compile it
+        return None
+
+
+def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether a Dynamo graph is only library kernels plus at most one op that computes.
+
+    True when the graph has a complex value, calls at least one library kernel
+    (:data:`ptc.complex.rules.LIBRARY`) and, besides views and metadata
+    queries, at most one other op. Compiling such a graph buys no fusion:
+    every byte is read and written once by the library kernels and the one
+    op, exactly as in eager; the compiled graph only adds AOTAutograd's and
+    Inductor's per-call wrappers (and, for a lone complex elementwise op, a
+    kernel that interleaves its output more slowly than ATen's vectorised
+    one). Graphs without complex values are never library-bound here: they
+    compile exactly as with stock Inductor.
+    """
+    if not any(
+        isinstance(v, torch.Tensor) and v.is_complex()
+        for n in gm.graph.nodes
+        for v in torch.utils._pytree.tree_leaves(n.meta.get("example_value"))
+    ):
+        return False
+    traced = _aten_graph(gm, example_inputs)
+    if traced is None:
+        return False
+    library = compute = 0
+    has_complex = False
+    for node in traced.graph.nodes:
+        val = node.meta.get("val")
+        if any(is_paired(v) for v in torch.utils._pytree.tree_leaves(val)):
+            has_complex = True
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target in _LIBRARY_SET:
+            library += 1
+        elif node.target.overloadpacket.__name__ not in _FREE:
+            compute += 1
+    return has_complex and library >= 1 and compute <= 1
+
+
+_LIBRARY_SET = set(_rules.LIBRARY)
+
+
 class ComplexBackend:
     """A ``torch.compile`` backend: Inductor with complex values rewritten to real arithmetic.
 
     ``inductor=False`` runs the rewritten graphs eagerly (AOTAutograd only): a
     quick way to check results and see the rewritten code, no C++ compiler.
     ``report`` accumulates what each compile rewrote and what it left on ATen.
+    ``library_graphs="eager"`` (the default) runs library-bound Dynamo graphs
+    (:func:`library_bound`) as they are, on their eager kernels;
+    ``"compile"`` sends them through AOTAutograd and Inductor like any other.
     """
 
-    def __init__(self, *, vectorize: bool = True, inductor: bool = True, options: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        *,
+        vectorize: bool = True,
+        inductor: bool = True,
+        options: Optional[Dict[str, Any]] = None,
+        library_graphs: str = "eager",
+    ) -> None:
+        if library_graphs not in ("eager", "compile"):
+            from ptc.errors import PtcValueError
+
+            raise PtcValueError(f"library_graphs must be 'eager' or 'compile', not {library_graphs!r}")
         self.vectorize = vectorize
         self.inductor = inductor
         self.options = dict(options or {})
+        self.library_graphs = library_graphs
         self.report = Report()
 
     def __repr__(self) -> str:
@@ -158,6 +256,9 @@ class ComplexBackend:
 
         if not self.inductor:
             return self._aot_eager(gm, example_inputs)
+        if self.library_graphs == "eager" and library_bound(gm, example_inputs):
+            self.report.library_graphs += 1
+            return gm.forward
 
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -188,15 +289,30 @@ class ComplexBackend:
             )
 
 
-def backend(*, vectorize: bool = True, inductor: bool = True, options: Optional[Dict[str, Any]] = None) -> ComplexBackend:
+def backend(
+    *,
+    vectorize: bool = True,
+    inductor: bool = True,
+    options: Optional[Dict[str, Any]] = None,
+    library_graphs: str = "eager",
+) -> ComplexBackend:
     """A fresh :class:`ComplexBackend` for ``torch.compile(f, backend=...)``."""
-    return ComplexBackend(vectorize=vectorize, inductor=inductor, options=options)
+    return ComplexBackend(vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs)
 
 
-def compile(fn: Optional[Callable] = None, *, vectorize: bool = True, inductor: bool = True, **compile_kwargs):
+def compile(
+    fn: Optional[Callable] = None,
+    *,
+    vectorize: bool = True,
+    inductor: bool = True,
+    library_graphs: str = "eager",
+    **compile_kwargs,
+):
     """``torch.compile(fn, backend=ptc.complex.backend(...), **compile_kwargs)``; usable as a decorator."""
     if fn is None:
-        return functools.partial(compile, vectorize=vectorize, inductor=inductor, **compile_kwargs)
+        return functools.partial(
+            compile, vectorize=vectorize, inductor=inductor, library_graphs=library_graphs, **compile_kwargs
+        )
     if "backend" in compile_kwargs:
         from ptc.errors import PtcValueError
 
@@ -205,4 +321,5 @@ def compile(fn: Optional[Callable] = None, *, vectorize: bool = True, inductor: 
             "options={...} or call torch.compile(fn, backend=ptc.complex.backend()) yourself"
         )
     options = compile_kwargs.pop("options", None)
-    return torch.compile(fn, backend=ComplexBackend(vectorize=vectorize, inductor=inductor, options=options), **compile_kwargs)
+    b = ComplexBackend(vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs)
+    return torch.compile(fn, backend=b, **compile_kwargs)

@@ -50,12 +50,15 @@ class Report:
     library: collections.Counter = field(default_factory=collections.Counter)
     fallback: collections.Counter = field(default_factory=collections.Counter)
     graphs: int = 0
+    #: library-bound Dynamo graphs run as they are (``ptc.complex.backend.library_bound``)
+    library_graphs: int = 0
 
     def merge(self, other: "Report") -> None:
         self.rewritten.update(other.rewritten)
         self.library.update(other.library)
         self.fallback.update(other.fallback)
         self.graphs += other.graphs
+        self.library_graphs += other.library_graphs
 
     def __str__(self) -> str:
         def fmt(c):
@@ -64,6 +67,7 @@ class Report:
         return (
             f"{self.graphs} graph(s); rewritten: {fmt(self.rewritten)}; "
             f"library kernels: {fmt(self.library)}; ATen fallbacks: {fmt(self.fallback)}"
+            + (f"; library-bound graphs run as they are: {self.library_graphs}" if self.library_graphs else "")
         )
 
 

@@ -78,11 +78,17 @@ def inputs(gen):
 FNS = {"a": wl_a, "b": lambda a, b: a @ b, "c": wl_c, "d": wl_d, "e": wl_e, "f": wl_f}
 
 
+#: library-bound workloads: the default backend runs them as they are (test_library_bound_graphs_run_as_is);
+#: here they go through Inductor to check the rewrite's library boundaries
+LIBRARY_BOUND = {"b", "c"}
+
+
 @pytest.fixture(scope="module")
 def compiled(inputs):
     out = {}
     for name, fn in FNS.items():
-        out[name] = _compile(fn, *inputs[name], grad=(name == "f"))
+        backend = pc.backend(library_graphs="compile") if name in LIBRARY_BOUND else None
+        out[name] = _compile(fn, *inputs[name], backend=backend, grad=(name == "f"))
     return out
 
 
@@ -116,6 +122,49 @@ def test_library_kernels_stay(compiled):
     assert any("mm" in c for c in calls["b"]), calls["b"]
     assert "_fft_r2c.default" in calls["c"] and "_fft_c2r.default" in calls["c"]
     assert calls["d"].count("mv.default") + sum("extern_kernels" in c for c in calls["d"]) >= 2, calls["d"]
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_BOUND))
+def test_library_bound_graphs_run_as_is(name, inputs):
+    """Only library kernels plus one op: no AOTAutograd/Inductor wrapper, eager's kernels, eager's bits."""
+    args = inputs[name]
+    compiled, result, codes, backend = _compile(FNS[name], *args)
+    assert codes == [], "no Inductor code for a library-bound graph"
+    assert backend.report.library_graphs == 1 and backend.report.graphs == 0
+    assert "library-bound graphs run as they are: 1" in str(backend.report)
+    assert torch.equal(result, FNS[name](*args))
+    assert torch.equal(compiled(*args), FNS[name](*args))
+
+
+def test_library_bound_needs_a_library_kernel_and_complex_values(gen):
+    from ptc.complex.backend import library_bound
+
+    seen = {}
+
+    def spy(gm, example_inputs):
+        seen["bound"] = library_bound(gm, example_inputs)
+        return gm.forward
+
+    def check(fn, *args):
+        torch._dynamo.reset()
+        torch.compile(fn, backend=spy, fullgraph=True)(*args)
+        return seen.pop("bound")
+
+    z = torch.randn(16, 16, dtype=torch.complex64, generator=gen)
+    x = torch.randn(16, 16, generator=gen)
+    assert check(lambda a, b: a @ b, z, z)
+    assert check(lambda a, b: (a @ b.mH) * 2, z, z)  # views (transpose, conj bit) are free, one op computes
+    assert not check(lambda a, b: a * b, z, z)  # no library kernel: compiled and fused
+    assert not check(lambda a, b: (a @ b).exp() * 2, z, z)  # two ops to fuse
+    assert not check(lambda a, b: a @ b, x, x)  # no complex value: stock Inductor
+    assert not check(lambda a, b: (a @ b).abs() + 1, z, z)
+
+
+def test_library_graphs_option_is_checked():
+    from ptc.errors import PtcValueError
+
+    with pytest.raises(PtcValueError):
+        pc.backend(library_graphs="sometimes")
 
 
 def test_inspector_sees_stock_fallbacks(inputs):
