@@ -310,8 +310,9 @@ def test_init_without_any_way_to_find_the_coordinator(monkeypatch):
 # --- the trainer ------------------------------------------------------------------
 
 
-def test_trainer_arguments_are_checked(coordinator):
-    (group,) = _groups(Coordinator(world_size=1).start(), 1)
+def test_trainer_arguments_are_checked():
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
     try:
         model = torch.nn.Linear(2, 1)
         with pytest.raises(PtcTypeError, match="group: expected a FaultTolerantGroup"):
@@ -320,6 +321,7 @@ def test_trainer_arguments_are_checked(coordinator):
             Trainer(group, model, object())
     finally:
         group.close()
+        c.stop()
 
 
 def test_single_member_trainer_commits_and_checksums_track_state():
@@ -387,7 +389,10 @@ def test_injector_fires_once_at_the_right_point(monkeypatch):
 
 def test_subgroups_are_rebuilt_in_the_next_generation(coordinator):
     c = Coordinator(world_size=3, heartbeat_timeout=30.0).start()
-    groups = _groups(c, 3)
+    # worker 2 only loses its coordinator connection: its process group lives on in this process, so a survivor's
+    # collective issued before the news can stay stuck in gloo until the collective timeout. Keep that short: a
+    # group whose gloo thread is stuck blocks (holding the GIL) when it is garbage-collected, until the timeout.
+    groups = _groups(c, 3, timeout=3.0)
     try:
         pairs = lambda n: [list(range(i, min(i + 2, n))) for i in range(0, n, 2)]  # noqa: E731
         subs = _each(groups, lambda g: g.subgroups(pairs))
