@@ -142,13 +142,13 @@ class Trainer:
             best, source = best_key // span, span - 1 - best_key % span
         in_sync = crc_max == crc_min and low == high and (best == -1 or best == low) and not gen.joined
         moved = 0
-        if not in_sync:
+        if not in_sync:  # (in sync: the reduction above already proved the checksums equal)
             moved = self._broadcast_state(source)
-        crc = self.checksum()
-        check = torch.tensor([crc, -crc], dtype=torch.int64)
-        ft.allreduce(check, "max")
-        if int(check[0]) != -int(check[1]):
-            raise StateDivergence(f"state checksums differ after synchronising generation {gen.number}")
+            crc = self.checksum()
+            check = torch.tensor([crc, -crc], dtype=torch.int64)
+            ft.allreduce(check, "max")
+            if int(check[0]) != -int(check[1]):
+                raise StateDivergence(f"state checksums differ after synchronising generation {gen.number}")
         self.syncs.append({"generation": gen.number, "source": source, "bytes": moved, "step": self.step})
         ft.event("state_synced", gen=gen.number, source_rank=source, bytes=moved, step=self.step)
         self._needs_sync = False
