@@ -245,7 +245,7 @@ class Coordinator:
             self._event("left", worker=worker)
             if worker in self._joiners:
                 self._joiners.remove(worker)
-            if self.members and not any(m in self._workers for m in self.members):
+            if self.members and not self._alive_members():
                 self.finished = True  # every member left cleanly: the job is over
                 self._event("job_finished", gen=self.generation)
                 for joiner in list(self._joiners):  # nobody is left to admit them
@@ -261,8 +261,12 @@ class Coordinator:
         if worker in self._joiners:
             self._joiners.remove(worker)
         if worker in self.members:
-            survivors = [m for m in self.members if m in self._workers]
+            survivors = self._alive_members()
             self._form(survivors + self._joiners, failed=[worker], reason=f"worker {worker} failed: {why}")
+
+    def _alive_members(self) -> List[int]:
+        """The current generation's members that are still connected, in rank order."""
+        return [m for m in self.members if m in self._workers]
 
     def _check_suspect(self) -> None:
         """A reported failure nobody's liveness explained within ``fail_grace``: reconnect the same members."""
@@ -273,7 +277,7 @@ class Coordinator:
             self._suspect = None  # already replaced (the liveness check found the culprit)
         elif time.monotonic() >= deadline:
             self._suspect = None
-            alive = [m for m in self.members if m in self._workers]
+            alive = self._alive_members()
             self._form(alive + self._joiners, failed=[m for m in self.members if m not in alive],
                        reason=f"worker {worker} reported a failed collective")  # fmt: skip
 
@@ -346,7 +350,7 @@ class Coordinator:
                 self._form(sorted(self._workers), failed=[], reason="initial")
             return
         self._joiners.append(worker)
-        alive = [m for m in self.members if m in self._workers]
+        alive = self._alive_members()
         if not alive or self._held is not None:
             self._form(alive + self._joiners, failed=[], reason="join (no running generation)")
         else:

@@ -226,10 +226,9 @@ class Trainer:
         self._hook_failure, self._hook_flags = None, None
         ft.fault_point("step", self.step, ft.rank)
         compute(info)
-        flags = torch.tensor([1.0, 1.0 if ft.join_pending else 0.0, float(self.step)], dtype=torch.float64)
         if self.model is self.module:
             grads = [p.grad.reshape(-1).to(torch.float64) for p in self._params]
-            flat = torch.cat(grads + [flags])
+            flat = torch.cat(grads + [self._vote()])
             ft._allreduce_owned(flat)
             total = flat[-3:]
             offset = 0
@@ -257,6 +256,10 @@ class Trainer:
             ft.grow()
             self._needs_sync = True
         return committed
+
+    def _vote(self) -> torch.Tensor:
+        """What this member adds to the step's allreduce after its gradients: [vote, join pending, step]."""
+        return torch.tensor([1.0, 1.0 if self.group.join_pending else 0.0, float(self.step)], dtype=torch.float64)
 
     # --- DDP -------------------------------------------------------------------
 
@@ -286,7 +289,7 @@ def _ft_comm_hook(trainer, bucket):  # no annotations: DDP checks them against i
         last = bucket.is_last()
         parts = [buffer.to(torch.float64)]
         if last:
-            parts.append(torch.tensor([1.0, 1.0 if ft.join_pending else 0.0, float(trainer.step)], dtype=torch.float64))
+            parts.append(trainer._vote())
         flat = torch.cat(parts)
         try:
             ft._allreduce_owned(flat)

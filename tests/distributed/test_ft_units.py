@@ -176,41 +176,34 @@ def test_coordinator_arguments_are_checked():
 # --- the group API ----------------------------------------------------------------
 
 
-def _groups(coordinator, n, **options):
-    """n FaultTolerantGroups of this process (one per thread while connecting)."""
-    groups, errors = [None] * n, []
-
-    def make(i):
-        try:
-            groups[i] = FaultTolerantGroup(coordinator.address, i, n, connect_timeout=10, join_timeout=30, **options)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=make, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    return groups
-
-
-def _each(groups, fn):
-    results, errors = [None] * len(groups), []
+def _in_threads(items, fn):
+    """``[fn(item) for item in items]``, each call in a thread of its own (the members of one group must meet)."""
+    items = list(items)
+    results, errors = [None] * len(items), []
 
     def run(i):
         try:
-            results[i] = fn(groups[i])
+            results[i] = fn(items[i])
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(groups))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(items))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     assert not errors, errors
     return results
+
+
+def _groups(coordinator, n, **options):
+    """n FaultTolerantGroups of this process (one per thread while connecting)."""
+    return _in_threads(range(n), lambda i: FaultTolerantGroup(coordinator.address, i, n, connect_timeout=10,
+                                                              join_timeout=30, **options))  # fmt: skip
+
+
+def _each(groups, fn):
+    return _in_threads(groups, fn)
 
 
 @pytest.mark.parametrize("engine", ["native", "rebuild"] if _compat.GLOO_RECONFIGURE else ["rebuild"])
