@@ -1,19 +1,22 @@
-"""GPU check for ptc.cudagraph: the GPU tests, the benchmark and the demo in one run.
+"""GPU check for ptc.cudagraph and ptc.gemm: the GPU tests, the benchmarks and the demo in one run.
 
     python benchmarks/gpu_check.py [--out gpu_check_results] [--python PYTHON]
+                                   [--only cudagraph|gemm] [--deadline-s 480]
 
-Runs, each with a bounded time (total under 8 minutes):
+Runs, each step with a bounded time and all of them within ``--deadline-s``:
 
-  1. ``ptc env --json``                                  -> OUT/env.json
-  2. ``pytest tests/cudagraph`` (the ``cuda`` tests run
-     where a GPU is present, their CPU twins beside them) -> OUT/pytest.txt, OUT/pytest.xml
-  3. ``benchmarks/cudagraph.py`` (10/100/1000 iterations) -> OUT/bench.txt, OUT/bench.json
-  4. ``ptc demo cudagraph`` (with the GPU speedup line)   -> OUT/demo.txt
+  1. ``ptc env --json``                                   -> OUT/env.json
+  2. ``pytest`` of the ``cuda`` tests of tests/cudagraph
+     (their CPU twins run in CI)                           -> OUT/cudagraph_pytest.txt, .xml
+  3. ``benchmarks/cudagraph.py`` (10/100/1000 iterations)  -> OUT/cudagraph_bench.txt, bench.json
+  4. ``ptc demo cudagraph`` (with the GPU speedup line)    -> OUT/cudagraph_demo.txt
+  5. ``pytest tests/gemm/test_cuda.py``                     -> OUT/gemm_pytest.txt, .xml
+  6. ``benchmarks/gemm.py`` (correctness of every kernel
+     kind, then the LLM-shaped GEMMs)                      -> OUT/gemm_bench.txt, OUT/gemm/
 
 and writes OUT/summary.md with each step's exit status and time. Exit status 0
 only if every step passed and a GPU was present (so a CPU-only run cannot be
-mistaken for a GPU check). Written for an NVIDIA Hopper (or newer) machine;
-not yet run on one.
+mistaken for a GPU check). Written for an NVIDIA Hopper (or newer) machine.
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = [
     # name, command (after the python executable), timeout in seconds
     ("env", ["-m", "ptc", "env", "--json"], 60),
-    ("pytest", ["-m", "pytest", "tests/cudagraph", "-q", "-p", "no:logging", "-rs",
-                "--timeout", "120", "--junitxml", "{out}/pytest.xml"], 240),
-    ("bench", ["benchmarks/cudagraph.py", "--iters", "10,100,1000", "--rounds", "5",
-               "--json", "{out}/bench.json"], 150),
-    ("demo", ["-m", "ptc", "demo", "cudagraph"], 60),
+    ("cudagraph_pytest", ["-m", "pytest", "tests/cudagraph/test_cuda.py", "-m", "cuda", "-q", "-p", "no:logging",
+                          "-p", "no:cacheprovider", "-rs", "--timeout", "120",
+                          "--junitxml", "{out}/cudagraph_pytest.xml"], 200),
+    ("cudagraph_bench", ["benchmarks/cudagraph.py", "--iters", "10,100,1000", "--rounds", "5",
+                         "--json", "{out}/bench.json"], 120),
+    ("cudagraph_demo", ["-m", "ptc", "demo", "cudagraph"], 60),
+    ("gemm_pytest", ["-m", "pytest", "tests/gemm/test_cuda.py", "-q", "-p", "no:logging", "-p", "no:cacheprovider",
+                     "-rs", "--timeout", "200", "--junitxml", "{out}/gemm_pytest.xml"], 240),
+    ("gemm_bench", ["benchmarks/gemm.py", "{out}/gemm", "--budget-s", "{gemm_budget}"], 330),
 ]
 
 
@@ -43,7 +50,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check_results")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--only", choices=("cudagraph", "gemm"), default=None, help="run only this package's steps")
+    parser.add_argument("--deadline-s", type=float, default=480.0, help="all steps together end by then")
     args = parser.parse_args(argv)
+    t0 = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -51,7 +61,7 @@ def main(argv=None) -> int:
 
     gpu = torch.cuda.is_available()
     lines = [
-        "# ptc.cudagraph GPU check",
+        "# ptc GPU check (cudagraph, gemm)",
         "",
         f"- torch {torch.__version__} (CUDA build {torch.version.cuda})",
         f"- GPU: {torch.cuda.get_device_name(0) if gpu else 'NONE: this is not a GPU check'}",
@@ -61,7 +71,16 @@ def main(argv=None) -> int:
     ]
     ok = gpu
     for name, cmd, timeout in STEPS:
-        cmd = [args.python] + [c.format(out=out) for c in cmd]
+        if args.only and name != "env" and not name.startswith(args.only):
+            continue
+        left = args.deadline_s - (time.perf_counter() - t0)
+        if left < 20:
+            lines.append(f"| {name} | not run: deadline | 0 | |")
+            ok = False
+            continue
+        timeout = min(timeout, left)
+        gemm_budget = max(30, int(timeout * 0.5))  # the rest: correctness and the timed runs
+        cmd = [args.python] + [c.format(out=out, gemm_budget=gemm_budget) for c in cmd]
         log = out / (f"{name}.json" if name == "env" else f"{name}.txt")
         start = time.perf_counter()
         try:

@@ -190,6 +190,13 @@ def cuda_graph_while_nodes() -> bool:
 
 
 @_probe
+def cuda_thread_pool_routing() -> bool:
+    """the caching allocator can route one thread's allocations to a graph pool (torch._C._cuda_beginAllocateCurrentThreadToPool)."""
+    return all(hasattr(torch._C, n) for n in (
+        "_cuda_beginAllocateCurrentThreadToPool", "_cuda_endAllocateToPool", "_cuda_releasePool"))
+
+
+@_probe
 def cuda_python_bindings() -> bool:
     """cuda-python's low-level bindings (cuda.bindings) import."""
     return _module_exists("cuda") and _imports("cuda.bindings.driver")

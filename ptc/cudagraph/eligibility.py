@@ -261,8 +261,8 @@ def _support_reasons(support: Support, kind: str) -> List[str]:
     if kind == "while" and not support.while_nodes:
         return [
             "no binding: no WHILE-node capture here (torch.cuda.CUDAGraph."
-            "begin_capture_to_while_node is missing, as in torch 2.13) and ptc's cuda-python "
-            "path is not implemented yet"
+            "begin_capture_to_while_node is missing, as in torch 2.13, and ptc's own nodes need "
+            "cuda-python (pip install cuda-bindings) and a CUDA 12.4 driver)"
         ]
     if kind == "if" and not support.if_nodes:
         return ["no binding: no IF-node capture here (torch.cuda.CUDAGraph.begin_capture_to_if_node is missing)"]

@@ -23,6 +23,8 @@ TWINS = {
     "test_cuda_host_read_during_capture_raises": "test_simulator.py::test_host_read_during_capture_raises",
     "test_cuda_rng_loop_falls_back": "test_eligibility.py::test_rng_loop_falls_back_with_correct_results",
     "test_cuda_backend_inductor": "test_backend.py::test_inductor_segments_under_simulated_capture",
+    "test_cuda_ptc_nodes_switch_and_if_else": "test_cuda_adapter.py::test_switch_and_if_else_through_ptc_nodes",
+    "test_cuda_ptc_nodes_graph_shape": "test_cuda_nodes.py::test_nested_nodes_capture_into_their_own_bodies",
 }
 
 
@@ -38,7 +40,9 @@ def _captured(fn, *args, segments="eager"):
 
 
 def _loop_expected_in_graph():
-    return _compat.CUDA_GRAPH_WHILE_NODES
+    from ptc.cudagraph.cuda_graph import cuda_support
+
+    return cuda_support().while_nodes
 
 
 @pytest.mark.cuda
@@ -91,8 +95,9 @@ def test_cuda_changing_inputs():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not _compat.CUDA_GRAPH_WHILE_NODES, reason="no WHILE binding in this torch: loops fall back")
 def test_cuda_no_host_sync_in_replay():
+    if not _loop_expected_in_graph():
+        pytest.skip("no WHILE nodes here (neither torch's nor ptc's): loops fall back")
     x, n = _dev(torch.randn(1024), T(50))
     cf = _captured(P.counted, x, n)
     (g,) = cf.graphs
@@ -140,6 +145,39 @@ def test_cuda_backend_inductor():
         torch.testing.assert_close(f(x, nn), P.cond_in_while(x, nn))
     (program,) = backend.programs
     assert all(s.compiled for s in program.plan.segments)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n,k", [(0, 0), (3, 0), (4, -3), (7, 9)])
+def test_cuda_ptc_nodes_switch_and_if_else(n, k):
+    from ptc.cudagraph.cuda_graph import cuda_support
+
+    if not cuda_support("ptc").switch_nodes:
+        pytest.skip("ptc's SWITCH and IF/ELSE nodes need cuda-python and a CUDA 12.8 driver")
+    x, n0, k0 = _dev(torch.randn(256), T(4), T(0))
+    cf = _captured(P.switch_in_while, x, n0, k0)
+    (g,) = cf.graphs
+    assert g.nodes == "ptc" and g.support.switch_nodes
+    a, b = T(n).cuda(), T(k).cuda()
+    torch.testing.assert_close(cf(x, a, b), P.switch_in_while(x, a, b))
+    assert cf.report.counts["loops_captured"] == 1
+
+
+@pytest.mark.cuda
+def test_cuda_ptc_nodes_graph_shape():
+    """The WHILE node holds its body: one replay runs n iterations with no host work."""
+    from ptc.cudagraph.cuda_graph import cuda_support
+
+    if not cuda_support("ptc").while_nodes:
+        pytest.skip("ptc's nodes need cuda-python and a CUDA 12.4 driver")
+    x, n0, m0 = _dev(torch.randn(256), T(2), T(3))
+    cf = _captured(P.nested, x, n0, m0)
+    (g,) = cf.graphs
+    assert g.nodes == "ptc"
+    for a, b in [(0, 5), (5, 0), (3, 4)]:
+        aa, bb = T(a).cuda(), T(b).cuda()
+        torch.testing.assert_close(cf(x, aa, bb), P.nested(x, aa, bb))
+    assert cf.report.counts["loops_captured"] == 2
 
 
 def test_every_gpu_test_has_a_cpu_twin():
