@@ -116,6 +116,10 @@ def correctness(target, log):
 
     def check(kind, problem, epi, run, want):
         p = gemm.plan(problem, target, epi)
+        if epi and not p.fusion.fused:
+            results.append({"kind": kind, "status": "not fused", "note": p.fusion.reason})
+            log(f"correctness {kind:28} not fused on {target.name}: {p.fusion.reason}")
+            return
         if not p.selected:
             results.append({"kind": kind, "status": "no candidates", "note": p.note or p.fusion.reason})
             log(f"correctness {kind:28} no candidates: {p.note or p.fusion.reason}")
@@ -186,13 +190,14 @@ def benchmark(target, log, budget_s, have_ptc):
         row["aten"] = time_cuda(lambda: reference(x, w, b, epi))
         aten_gemm = time_cuda(lambda: x @ w.t()) if epi else row["aten"]
         if have_ptc:
-            row["ptc"], row["ptc_choice"] = ptc_pick(target, x, w, b, epi, row["aten"], aten_gemm)
+            (row["ptc"], row["ptc_choice"]), (best, label) = ptc_pick(target, x, w, b, epi, row["aten"], aten_gemm)
+            row["cutedsl_best"], row["cutedsl_best_label"] = (best if math.isfinite(best) else None), label
         for mode, backends in (("inductor", "ATEN,TRITON"), ("nvgemm", "ATEN,TRITON,NVGEMM")):
             if mode == "nvgemm" and not _compat.NATIVE_NVGEMM:
                 row[mode] = None
                 row[f"{mode}_note"] = "not available in this torch/install"
                 continue
-            if time.perf_counter() - start > budget_s:
+            if time.perf_counter() - start > budget_s or budget_s <= 0:
                 row[mode] = None
                 row[f"{mode}_note"] = "skipped: time budget"
                 continue
@@ -206,7 +211,7 @@ def benchmark(target, log, budget_s, have_ptc):
                 row[mode] = None
                 row[f"{mode}_note"] = f"error: {type(e).__name__}: {e}"[:200]
         rows.append(row)
-        ratios = {c: row["aten"] / row[c] for c in ("ptc", "inductor", "nvgemm") if row.get(c)}
+        ratios = {c: row["aten"] / row[c] for c in ("ptc", "cutedsl_best", "inductor", "nvgemm") if row.get(c)}
         log(f"bench {key:28} aten {row['aten']*1000:8.1f} us  " + "  ".join(f"{c} {r:5.2f}x" for c, r in ratios.items())
             + (f"  [{row.get('ptc_choice')}]" if have_ptc else ""))
     return rows
@@ -236,24 +241,26 @@ def ptc_pick(target, x, w, b, epi, aten_total, aten_gemm):
             t = math.inf
         if t < best:
             best, best_name = t, c.label
+    cutedsl = (best, best_name)  # the fastest CuTeDSL kernel, kept or not
     if epi:
         # fused kernels compete against ATen's GEMM alone; else the chain runs unfused
-        return (best, best_name) if best < aten_gemm else (aten_total, "aten+epilogue")
-    return (best, best_name) if best < aten_total else (aten_total, "aten")
+        return ((best, best_name) if best < aten_gemm else (aten_total, "aten+epilogue")), cutedsl
+    return ((best, best_name) if best < aten_total else (aten_total, "aten")), cutedsl
 
 
 def summarize(rows, results, out: Path, meta):
     lines = ["# ptc.gemm GPU benchmark", "", *[f"- {k}: {v}" for k, v in meta.items()], ""]
-    bad = [r for r in results if r.get("status") not in ("ok", "no candidates")]
+    bad = [r for r in results if r.get("status") not in ("ok", "no candidates", "not fused")]
     lines += [f"correctness: {sum(r.get('status') == 'ok' for r in results)} ok, {len(bad)} failing", ""]
-    lines += ["| case | aten us | ptc | inductor | nvgemm | ptc choice |", "|---|---|---|---|---|---|"]
+    lines += ["| case | aten us | ptc | best CuTeDSL | inductor | nvgemm | ptc choice |", "|---|---|---|---|---|---|---|"]
 
     def ratio(row, col):
         v = row.get(col)
         return f"{row['aten'] / v:.3f}x" if v else (row.get(f"{col}_note") or "n/a")
 
     for row in rows:
-        lines.append(f"| {row['case']} | {row['aten']*1000:.1f} | {ratio(row, 'ptc')} | {ratio(row, 'inductor')} | "
+        lines.append(f"| {row['case']} | {row['aten']*1000:.1f} | {ratio(row, 'ptc')} | {ratio(row, 'cutedsl_best')} | "
+                     f"{ratio(row, 'inductor')} | "
                      f"{ratio(row, 'nvgemm')} | {row.get('ptc_choice', '-')} |")
     goal = {}
     for epi in EPILOGUES:
@@ -272,7 +279,7 @@ def summarize(rows, results, out: Path, meta):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="directory for results.json, results.md, log.txt")
-    parser.add_argument("--budget-s", type=float, default=360.0, help="time for the Inductor compiles")
+    parser.add_argument("--budget-s", type=float, default=360.0, help="time for the Inductor compiles (0: none)")
     parser.add_argument("--dry-run", action="store_true", help="plan every case on the CPU; no GPU work")
     parser.add_argument("--target", default=None, help="GPU to plan for (default: detected; B200 in --dry-run)")
     args = parser.parse_args(argv)

@@ -129,7 +129,12 @@ class CudaGraph:
     def capture(self) -> Iterator["CudaGraph"]:
         try:
             with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream):
-                yield self
+                try:
+                    yield self
+                except BaseException:
+                    if self._ptc is not None:
+                        self._ptc.abort()  # torch's capture ends on the stream it began on
+                    raise
         except RuntimeError as e:
             if "capture" in str(e).lower() and "not permitted" in str(e).lower():
                 raise CaptureError(

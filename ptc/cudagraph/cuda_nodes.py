@@ -18,9 +18,10 @@ body; ``end`` ends the capture and gives the parent stream back. The value is
 read on the device: a bool for WHILE/IF, an index for SWITCH, clamped into ``[0, size - 1]`` as
 ``jax.lax.switch`` does (CUDA itself runs no body for an index >= size).
 
-While a body is captured, every allocation of this thread goes to a private
+While any body is captured, every allocation of this thread goes to a private
 pool of the graph (torch routes only the parent stream's capture to the graph's
-pool), so no body tensor ever comes from, or goes back to, the eager pool.
+pool, and a pool can be routed once at a time), so no body tensor ever comes
+from, or goes back to, the eager pool. A failed capture calls ``abort``.
 
 The driver-API signatures differ between cuda-bindings 12.x and 13.x (edge data);
 ``DriverApi`` hides that. GPU-only: the logic is tested on the CPU against a
@@ -277,7 +278,11 @@ class ConditionalNodes:
         self.api.set_dependencies(ps, node)
         frame = _Open(kind, handle, bodies, parent, torch.cuda.Stream(self.device), keep=keep)
         self._stack.append(frame)
-        self._enter_body(frame)
+        try:
+            self._enter_body(frame)
+        except BaseException:
+            self._stack.pop()
+            raise
 
     def next_body(self) -> None:
         """Ends the current body and starts capturing the next one."""
@@ -304,6 +309,14 @@ class ConditionalNodes:
                 raise
         finally:
             self._stack.pop()
+            if not self._stack:
+                torch._C._cuda_endAllocateToPool(self.device, self.body_pool)
+
+    def abort(self) -> None:
+        """Ends every open node quietly (the capture failed): torch's stream and the
+        allocator's routing are as they were before the first ``begin``."""
+        while self._stack:
+            self.end(failed=True)
 
     def release(self) -> None:
         """Gives the body pool back once the graph that replays it is gone."""
@@ -329,11 +342,17 @@ class ConditionalNodes:
         return [v]
 
     def _enter_body(self, frame: _Open) -> None:
+        """Captures into the current body on the child stream. The allocator routes a
+        pool once per thread: the outermost body starts it, ``end`` of the last node stops it."""
         self.api.begin_capture_to(self.api.stream(frame.child), frame.bodies[frame.body])
-        torch._C._cuda_beginAllocateCurrentThreadToPool(self.device, self.body_pool)
+        if len(self._stack) == 1 and frame.body == 0:
+            try:
+                torch._C._cuda_beginAllocateCurrentThreadToPool(self.device, self.body_pool)
+            except BaseException:
+                self.api.end_capture(self.api.stream(frame.child))
+                raise
         torch.cuda.set_stream(frame.child)
 
     def _leave_body(self, frame: _Open) -> None:
         torch.cuda.set_stream(frame.parent)
-        torch._C._cuda_endAllocateToPool(self.device, self.body_pool)
         self.api.end_capture(self.api.stream(frame.child))

@@ -17,7 +17,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from ptc.errors import FeatureUnavailable
+from ptc.errors import FeatureUnavailable, PtcValueError
 
 __all__ = [
     "ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm", "ptc_nvgemm_fused",
@@ -78,6 +78,15 @@ def launch_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optiona
 _launcher: Callable = launch_cutlass
 
 
+def _require_epilogue(source: Optional[str], operands: dict, what: str) -> None:
+    """A kernel without its epilogue would drop ``operands`` and return a wrong result."""
+    if source is None and operands:
+        raise PtcValueError(
+            f"{what}: operands {sorted(operands)} need an epilogue, but source is None "
+            "(the plan did not fuse it: ptc.gemm.plan(...).fusion.reason says why)"
+        )
+
+
 @contextlib.contextmanager
 def launcher(fn: Callable):
     """Route ptc kernel launches to ``fn(operator, arch, a, b, out, epilogue_source, operands)``
@@ -111,6 +120,7 @@ def ptc_nvgemm_addmm(bias, a, b, *, out, operator: str, arch: str, source: str, 
     """
     if name == "bias" and bias.dim() == 2:
         bias = bias[0]
+    _require_epilogue(source, {name: bias}, "ptc_nvgemm_addmm")
     _launcher(operator, arch, a, b, out, source, {name: bias})
     return out
 
@@ -128,6 +138,7 @@ def ptc_nvgemm_fused(a, b, *operands, out, operator: str, arch: str, source: str
     ops = {}
     for k, t in zip(keys, operands):
         ops[k] = t
+    _require_epilogue(source, ops, "ptc_nvgemm_fused")
     _launcher(operator, arch, a, b, out, source, ops)
     return out
 
@@ -150,5 +161,6 @@ def ptc_nvgemm_scaled_mm(a, b, scale_a, scale_b, *bias, out, operator: str, arch
     if bias:
         ops["bias"] = bias[0]
     keys = [k for k in names.split(",") if k]
+    _require_epilogue(source, {k: ops[k] for k in keys}, "ptc_nvgemm_scaled_mm")
     _launcher(operator, arch, a, b, out, source, {k: ops[k] for k in keys})
     return out

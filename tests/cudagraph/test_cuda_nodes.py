@@ -191,8 +191,20 @@ def nodes(request, monkeypatch):
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: current["stream"])
     monkeypatch.setattr(torch.cuda, "set_stream", lambda s: current.__setitem__("stream", s))
-    monkeypatch.setattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", lambda d, p: routing.append(("+", p)), raising=False)
-    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda d, p: routing.append(("-", p)), raising=False)
+    routed = set()
+
+    def begin_routing(d, p):  # torch: "beginAllocateToPool: already recording to mempool_id"
+        if p in routed:
+            raise RuntimeError("beginAllocateToPool: already recording to mempool_id")
+        routed.add(p)
+        routing.append(("+", p))
+
+    def end_routing(d, p):
+        routed.remove(p)
+        routing.append(("-", p))
+
+    monkeypatch.setattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", begin_routing, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", end_routing, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda d, p: routing.append(("release", p)), raising=False)
     cn = ConditionalNodes(api=DriverApi(drv))
     root = Graph("root")
@@ -246,7 +258,7 @@ def test_if_else_and_switch_capture_each_body_in_turn(nodes):
     cn.end()
     assert root.shape() == ["set:bool", ("IF", [["k"], ["k", "k"]]), "set:index", ("SWITCH", [["k"], ["k"], ["k"]])]
     assert [e for e in drv.log if e[0] == "add"] == [("add", "IF", 2), ("add", "SWITCH", 3)]
-    assert routing.count(("+", ("body", 1))) == routing.count(("-", ("body", 1))) == 5
+    assert routing == [("+", ("body", 1)), ("-", ("body", 1))] * 2  # once per outermost node
 
 
 def test_nested_nodes_capture_into_their_own_bodies(nodes):
@@ -261,6 +273,28 @@ def test_nested_nodes_capture_into_their_own_bodies(nodes):
     cn.set_handle(B)
     cn.end()
     assert root.shape() == ["set:bool", ("WHILE", [["set:bool", ("IF", [["k"]]), "set:bool"]])]
+    assert routing == [("+", ("body", 1)), ("-", ("body", 1))]  # the pool is routed once, for both bodies
+
+
+def test_abort_unwinds_every_open_node(nodes):
+    cn, drv, root, current, main, routing = nodes
+    cn.begin("while", B)
+    cn.begin("switch", I, 2)
+    cn.abort()
+    assert current["stream"] is main and cn.depth == 0 and list(drv.capturing) == [main.cuda_stream]
+    assert routing == [("+", ("body", 1)), ("-", ("body", 1))]
+
+
+def test_a_begin_that_fails_leaves_nothing_open(nodes, monkeypatch):
+    cn, drv, root, current, main, routing = nodes
+
+    def refuse(d, p):
+        raise RuntimeError("beginAllocateToPool: already recording to mempool_id")
+
+    monkeypatch.setattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", refuse, raising=False)
+    with pytest.raises(RuntimeError, match="already recording"):
+        cn.begin("while", B)
+    assert current["stream"] is main and cn.depth == 0 and list(drv.capturing) == [main.cuda_stream]
 
 
 def test_misuse_raises_capture_errors(nodes):

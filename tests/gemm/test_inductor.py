@@ -283,3 +283,20 @@ def test_inputs_at_unaligned_offsets_get_no_ptc_candidates():
         out, code = compile_and_run(f, base, B)
     torch.testing.assert_close(out, f(base, B))
     assert "ptc_nvgemm" not in code and "16-byte aligned" in s.reports[0].note
+
+
+@pytest.mark.parametrize("call", ["fused", "addmm", "scaled_mm"])
+def test_a_kernel_never_runs_without_the_epilogue_its_operands_need(call):
+    """An unfused plan (``source=None``) must not launch a plain GEMM and drop the bias."""
+    a, b, out = torch.randn(4, 8), torch.randn(8, 16), torch.empty(4, 16)
+    bias = torch.randn(16)
+    launched = []
+    with runtime.launcher(lambda *args: launched.append(args)), pytest.raises(PtcValueError, match="need an epilogue"):
+        if call == "fused":
+            runtime.ptc_nvgemm_fused(a, b, bias, out=out, operator="op", arch="90a", source=None, names="bias")
+        elif call == "addmm":
+            runtime.ptc_nvgemm_addmm(bias, a, b, out=out, operator="op", arch="90a", source=None, name="bias")
+        else:
+            s = torch.ones(1)
+            runtime.ptc_nvgemm_scaled_mm(a, b, s, s, out=out, operator="op", arch="90a", source=None, names="scale_a,scale_b")
+    assert launched == []
