@@ -15,7 +15,9 @@ Per call, a ``BlockProgram``:
 2. the next call captures each region into a new graph (``graph_factory()``):
    region inputs are copied into static buffers allocated before capture; a
    loop becomes SetHandle + WHILE node whose body ends with a write-back into
-   the static carries and a re-evaluated predicate; a tree of conds on
+   the static carries and a re-evaluated predicate (with Inductor segments, a
+   straight-line loop's body, write-back and predicate are one compiled step,
+   compiled and run once during warmup, that writes the carries in place); a tree of conds on
    ``index < m`` (``ptc.switch``) becomes one SWITCH node where the graph has
    them (index counted on the device); another cond becomes one IF/ELSE node
    where the graph has it, else two IF nodes on ``pred`` / ``not pred``; all
@@ -92,6 +94,9 @@ class _Runner:
             trips += 1
         if warmup and trips == 0:  # initialise the body's kernels once anyway
             self.host_block(loop.body, _clone_all(vals) + extra, warmup)
+        fuse = getattr(self.segment_compiler, "loop_step", None)
+        if warmup and fuse is not None and loop.step is None and not loop.step_note:
+            fuse(loop, _clone_all(vals) + extra)
         return vals
 
     def host_branch(self, br: Branch, env: Dict[fx.Node, Any], warmup: bool) -> List[Any]:
@@ -127,9 +132,12 @@ class _Runner:
         pred = self.capture_block(loop.cond, state + extra, graph)[0]
         graph.begin_while(pred)
         try:
-            out = self.capture_block(loop.body, state + extra, graph)
-            _write_back(state, out)
-            pred = self.capture_block(loop.cond, state + extra, graph)[0]
+            if loop.step is not None:  # body + write-back + next predicate, one compiled call
+                pred = _as_list(graph.launch(loop.step, state + extra, opaque=True))[0]
+            else:
+                out = self.capture_block(loop.body, state + extra, graph)
+                _write_back(state, out)
+                pred = self.capture_block(loop.cond, state + extra, graph)[0]
             graph.set_handle(pred)
         finally:
             graph.end_conditional()
@@ -443,29 +451,95 @@ def _in_clean_thread(fn: Callable[[], Any]) -> Any:
     return box["value"]
 
 
+def _clean_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` without the outer trace's fake values (meta["val"]), which would
+    drag that trace's fake mode into a new compile."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))  # type: ignore[arg-type]
+    for node in graph.nodes:
+        node.meta = {}
+    return fx.GraphModule(gm, graph)
+
+
+def _loop_step_function(loop: Loop) -> Callable[..., Any]:
+    """The loop's step as one function of ``carries + additional``: equivalent to ::
+
+        outs = body(*carries, *additional)
+        for c, o in zip(carries, outs):
+            c.copy_(o)
+        return cond(*outs, *additional)[0]
+    """
+    body, cond, k = loop.body.gm, loop.cond.gm, len(loop.carried)
+
+    def step(*args: Any) -> Any:
+        carries, extra = args[:k], args[k:]
+        outs = _as_list(body(*carries, *extra))
+        pred = _as_list(cond(*outs, *extra))[0]
+        for c, o in zip(carries, outs):
+            c.copy_(o)
+        return (pred,)
+
+    return step
+
+
+def loop_step_obstacle(loop: Loop, args: Sequence[Any]) -> str:
+    """Why ``loop`` cannot run as one compiled step ("" if it can)."""
+    for name, block in (("cond", loop.cond), ("body", loop.body)):
+        if not all(isinstance(s, Segment) for s in block.steps):
+            return f"its {name} holds control flow"
+    carries = args[: len(loop.carried)]
+    if not all(isinstance(c, torch.Tensor) for c in carries):
+        return "a carry is not a tensor"
+    return ""
+
+
+class InductorSegments:
+    """The ``"inductor"`` segment compiler: compiles each segment with Inductor on its
+    first call (real inputs as examples); ``loop_step`` also compiles an eligible
+    loop's body, write-back and next predicate as one graph, so a captured iteration
+    is a few fused kernels (the carries are written in place) instead of the body's,
+    one copy per carry and the predicate's."""
+
+    def __call__(self, seg: Segment, args: Sequence[Any]) -> None:
+        import torch._inductor
+
+        clean = _clean_module(seg.module)
+        seg.fn = _in_clean_thread(lambda: torch._inductor.compile(clean, list(args)))
+        seg.compiled = True
+        log.debug("ptc.cudagraph: compiled %s with Inductor (%d ops)", seg.name, len(seg.ops))
+
+    def loop_step(self, loop: Loop, args: Sequence[Any]) -> None:
+        """Compiles ``loop.step`` from example ``args`` (clobbered: pass copies) and runs it
+        once, so no kernel is loaded during a capture. A loop that cannot be fused, or
+        whose fused step fails, keeps the three-part step (``loop.step_note`` says why)."""
+        import torch._inductor
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        loop.step_note = loop_step_obstacle(loop, args)
+        if loop.step_note:
+            return
+        try:
+            def build() -> Callable[..., Any]:
+                traced = make_fx(_loop_step_function(loop), tracing_mode="fake")(*args)
+                return torch._inductor.compile(traced, list(args))
+
+            step = _in_clean_thread(build)
+            step(*args)  # loads the kernels now
+        except Exception as e:  # noqa: BLE001 - the unfused step computes the same
+            loop.step_note = f"not fused: {type(e).__name__}: {e}"[:300]
+            log.info("ptc.cudagraph: %s keeps body, write-back and predicate apart (%s)", loop.name, loop.step_note)
+            return
+        loop.step = step
+        loop.step_note = "fused: body, write-back and predicate in one compiled step"
+
+
 def compile_segments(kind: str) -> Optional[Callable[[Segment, Sequence[Any]], None]]:
-    """A segment compiler: ``"inductor"`` compiles each segment with Inductor on
-    its first call (real inputs as examples); ``"eager"`` runs the aten graph."""
+    """A segment compiler: ``"inductor"`` (``InductorSegments``) or ``"eager"`` (None:
+    run the aten graphs)."""
     if kind == "eager":
         return None
     if kind != "inductor":
         from ptc.errors import PtcValueError
 
         raise PtcValueError(f"segments must be 'inductor' or 'eager', got {kind!r}")
-
-    def compile_one(seg: Segment, args: Sequence[Any]) -> None:
-        import torch._inductor
-
-        # A clean copy: the segment's nodes still carry the outer trace's fake values
-        # (meta["val"]), which would drag that trace's fake mode into this compile.
-        graph = fx.Graph()
-        graph.output(graph.graph_copy(seg.module.graph, {}))  # type: ignore[arg-type]
-        for node in graph.nodes:
-            node.meta = {}
-        clean = fx.GraphModule(seg.module, graph)
-        compiled = _in_clean_thread(lambda: torch._inductor.compile(clean, list(args)))
-        seg.fn = compiled
-        seg.compiled = True
-        log.debug("ptc.cudagraph: compiled %s with Inductor (%d ops)", seg.name, len(seg.ops))
-
-    return compile_one
+    return InductorSegments()

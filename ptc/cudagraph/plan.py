@@ -78,6 +78,10 @@ class Loop:
     additional: List[Any]
     results: Dict[int, fx.Node]
     reasons: List[str] = field(default_factory=list)
+    # One compiled step (body, write-back into the carries, next predicate) used in
+    # capture instead of the three; ``step_note`` says why there is none.
+    step: Optional[Callable[..., Any]] = None
+    step_note: str = ""
 
     @property
     def eligible(self) -> bool:
@@ -96,6 +100,10 @@ class Branch:
     operands: List[Any]
     results: Dict[int, fx.Node]
     reasons: List[str] = field(default_factory=list)
+    # One compiled step (body, write-back into the carries, next predicate) used in
+    # capture instead of the three; ``step_note`` says why there is none.
+    step: Optional[Callable[..., Any]] = None
+    step_note: str = ""
 
     @property
     def eligible(self) -> bool:

@@ -74,6 +74,38 @@ def test_inductor_segments_under_simulated_capture(x4):
     assert counts["kernel"] < 17  # fewer than the op-by-op recording of the same program
 
 
+@pytest.mark.parametrize("program", ["newton", "swap"])
+def test_inductor_fuses_a_loop_step_into_one_kernel(program):
+    """A straight-line loop compiles as one step (body, in-place write-back of the
+    carries, next predicate): one opaque kernel per iteration plus the handle set,
+    equal to eager for 0, 1, 3, 100 trips and new inputs between replays. ``swap``
+    returns its carries crossed over, so the in-place write-back must not clobber one
+    carry before the other is read."""
+    def rand(n, seed, shift=0.0):
+        return torch.rand(n, generator=torch.Generator().manual_seed(seed)) + shift
+
+    if program == "newton":
+        fn, args = P.newton, lambda k, s=0: (rand(64, s, 1.0), T(k))
+    else:
+        fn, args = P.swap, lambda k, s=0: (rand(8, s), rand(8, s + 9), T(k))
+    cf = capture(fn, *args(3), executor="sim", segments="inductor")
+    cf(*args(3))  # warmup: compiles the fused step
+    (loop,) = cf.plan.loops
+    assert loop.step is not None, loop.step_note
+    for k, seed in [(3, 0), (0, 1), (1, 2), (100, 3)]:
+        torch.testing.assert_close(cf(*args(k, seed)), fn(*args(k, seed)))
+    (g,) = cf.graphs
+    assert g.render(max_kernels=20).split("while[0]:\n")[1].splitlines()[0].strip() == "kernels x1: forward"
+
+
+def test_a_loop_holding_control_flow_keeps_its_three_part_step(x4):
+    cf = capture(P.cond_in_while, x4, T(3), executor="sim", segments="inductor")
+    cf(x4, T(3))
+    (loop,) = [lp for lp in cf.plan.loops]
+    assert loop.step is None and loop.step_note == "its body holds control flow"
+    torch.testing.assert_close(cf(x4, T(4)), P.cond_in_while(x4, T(4)))
+
+
 def test_capture_api_pytrees_and_report(x4):
     def f(inputs):
         return {"y": P.counted(inputs["x"], inputs["n"]), "z": inputs["x"] * 2}
