@@ -291,9 +291,12 @@ def overhead(world: int, steps: int, rounds: int, engine: str) -> Dict[str, Any]
             if len(times) > skip:
                 samples[name].append(statistics.median(times[skip:]) * 1000)
     result = {name: {"median_ms_per_run": v, "median_ms": _med(v)} for name, v in samples.items()}
-    base = result["plain DDP (gloo)"]["median_ms"]
+    base_runs = samples["plain DDP (gloo)"]
     for name, r in result.items():
-        r["overhead_pct"] = None if not base or r["median_ms"] is None else round((r["median_ms"] / base - 1) * 100, 1)
+        # paired: each run against the plain-DDP run of the same round (interleaved, same machine state)
+        pairs = [t / b - 1 for t, b in zip(samples[name], base_runs) if b]
+        r["overhead_pct"] = None if not pairs else round(_med(pairs) * 100, 1)
+        r["overhead_pct_per_round"] = [round(x * 100, 1) for x in pairs]
     return result
 
 
@@ -308,6 +311,7 @@ def main() -> int:
     parser.add_argument("--sizes", default=None, help="world sizes for the scaling runs (default 4,8; 16 takes minutes on 2 cores)")
     parser.add_argument("--engines", default=None, help="default: native,rebuild where native exists, else rebuild")
     parser.add_argument("--all-scenarios", action="store_true", help="every scenario with the second engine too")
+    parser.add_argument("--overhead-rounds", type=int, default=None, help="interleaved rounds of the overhead runs (default 2; --quick 1)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,torchrun,overhead")
     args = parser.parse_args()
     reps = min(4, args.reps or (2 if args.quick else 4))
@@ -392,12 +396,14 @@ def main() -> int:
 
     if "overhead" not in skip:
         world, steps = 4, (200 if args.quick else 300)
-        ov = overhead(world, steps, 1 if args.quick else 2, engines[0])
+        rounds = args.overhead_rounds or (1 if args.quick else 2)
+        ov = overhead(world, steps, rounds, engines[0])
         results["overhead"] = ov
         print(f"\nsteady state, {world} workers, sleep 0, {steps} steps, median step time of worker 0 "
-              f"(median over {1 if args.quick else 2} interleaved runs), engine {engines[0]}")  # fmt: skip
+              f"(median over {rounds} interleaved runs; overhead: median of the per-round ratios), engine {engines[0]}")  # fmt: skip
         for name, r in ov.items():
-            pct = "" if r["overhead_pct"] is None or name.startswith("plain") else f"   {r['overhead_pct']:+.1f} %"
+            pct = "" if r["overhead_pct"] is None or name.startswith("plain") else \
+                f"   {r['overhead_pct']:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r['overhead_pct_per_round'])})"
             runs = ", ".join(f"{v:.2f}" for v in r["median_ms_per_run"])
             print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){pct}")
 
