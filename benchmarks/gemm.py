@@ -7,7 +7,8 @@ minutes on one Hopper/Blackwell GPU: every Inductor compile is bounded by the
 time budget and skipped cases are marked, never silently dropped.
 
 1. Correctness (ptc's runtime launching each selected kernel, vs torch.matmul in
-   fp32): plain mm candidates, bmm, addmm (bias EFC), fused epilogues
+   fp32): plain mm candidates (twice: the second time with new tensors, through
+   the rebound arguments), bmm, addmm (bias EFC), fused epilogues
    (bias+relu, bias+silu, bias+gelu_tanh+residual), FP8 with row scales fused
    as an epilogue (Blackwell). Block-scaled MXFP8/NVFP4 are planned and compiled
    but not checked numerically here (their scale swizzle needs a quantizer).
@@ -148,6 +149,12 @@ def correctness(target, log):
 
     check("mm", gemm.GemmProblem("mm", m, n, k), None,
           lambda c, p: runtime.ptc_nvgemm_mm(a, w.t(), out=out(), operator=c.name, arch=target.arch), acc)
+    # the same shapes again with new tensors: runs through the rebound (cached) arguments
+    a2 = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=g)
+    w2 = torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=g)
+    check("mm, arguments rebound", gemm.GemmProblem("mm", m, n, k), None,
+          lambda c, p: runtime.ptc_nvgemm_mm(a2, w2.t(), out=out(), operator=c.name, arch=target.arch),
+          a2.float() @ w2.float().t())
     ab = torch.randn(4, m, k, device=dev, dtype=torch.bfloat16, generator=g)
     wb = torch.randn(4, n, k, device=dev, dtype=torch.bfloat16, generator=g)
     check("bmm", gemm.GemmProblem("bmm", m, n, k, batch=4), None,
