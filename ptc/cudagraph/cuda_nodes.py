@@ -61,6 +61,7 @@ extern "C" __global__ void ptc_set_index(cudaGraphConditionalHandle h, const int
 """
 
 KINDS = ("while", "if", "switch")
+_LOADED: Dict[Tuple[int, int], Dict[str, Any]] = {}  # (device, id(driver module)) -> set-handle kernels
 WHILE_IF_DRIVER = 12040  # CUDA 12.4: IF and WHILE nodes
 IF_ELSE_SWITCH_DRIVER = 12080  # CUDA 12.8: IF with an ELSE body, SWITCH
 
@@ -250,8 +251,11 @@ class ConditionalNodes:
             )
         self.api = api or DriverApi()
         self.device = torch.cuda.current_device() if device is None else device
-        major, minor = torch.cuda.get_device_capability(self.device)
-        self.functions = self.api.load(compile_set_kernels(f"sm_{major}{minor}"))
+        key = (self.device, id(self.api.d))
+        if key not in _LOADED:  # one module per device and driver binding, kept for the process
+            major, minor = torch.cuda.get_device_capability(self.device)
+            _LOADED[key] = self.api.load(compile_set_kernels(f"sm_{major}{minor}"))
+        self.functions = _LOADED[key]
         self.body_pool = torch.cuda.graph_pool_handle()
         self._stack: List[_Open] = []
         self._released = False

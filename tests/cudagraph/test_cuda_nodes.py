@@ -158,6 +158,7 @@ class FakeDriver:
 
     def cuModuleLoadData(self, image):
         assert image == b"cubin"
+        self.log.append(("load",))
         return 0, "module"
 
     def cuModuleGetFunction(self, module, name):
@@ -355,3 +356,9 @@ def test_set_kernels_compile_on_the_cpu():
     for arch, cubin in cubins.items():
         assert cubin[:4] == b"\x7fELF", arch
         assert b"ptc_set_bool" in cubin and b"ptc_set_index" in cubin, arch
+
+
+def test_the_kernels_are_loaded_once_per_device(nodes):
+    cn, drv, root, current, main, routing = nodes
+    again = ConditionalNodes(api=cn.api)
+    assert again.functions is cn.functions and drv.log.count(("load",)) == 1
