@@ -57,6 +57,10 @@ from ptc import _compat
 from ptc.distributed import ft_wire
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
+# How long a collective in flight may still complete after a newer generation that removed
+# nobody (a grow) was announced: its peers are alive, and some may have completed it already.
+GROW_GRACE_S = 0.25
+
 
 class CoordinatorUnreachable(PtcError, ConnectionError):
     """The coordinator (or the store that names it) could not be reached."""
@@ -609,6 +613,8 @@ class FaultTolerantGroup:
                 limit = time.monotonic() + self._timeout.total_seconds() + 10
                 while not future.done():
                     if self.stale():
+                        if self._finishes_anyway(gen, future, event):
+                            break
                         raise self._failure(f"{what}: aborted, generation {gen.number} was replaced")
                     if time.monotonic() > limit:
                         raise self._failure(f"{what}: not completed within the timeout")
@@ -621,6 +627,25 @@ class FaultTolerantGroup:
         finally:
             with self._waiters_lock:
                 self._waiters.discard(event)
+
+    def _finishes_anyway(self, gen: Generation, future: Any, event: threading.Event) -> bool:
+        """A newer generation was announced while this collective runs. If nobody of ``gen``
+        failed (a grow, or the same members re-formed), every peer is alive and may already have
+        completed this very collective: give it ``GROW_GRACE_S`` to complete here too, so that
+        members do not disagree about a step only because the announcement overtook the last
+        message. True when it completed (the caller returns its result)."""
+        news = self._link.announced
+        if (self._link.fenced is not None or self._link.lost or news is None or news.failed
+                or not set(gen.members) <= set(news.members)):  # fmt: skip
+            return False
+        deadline = time.monotonic() + GROW_GRACE_S
+        while not future.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            event.wait(timeout=left)
+            event.clear()
+        return True
 
     def allreduce(self, tensor: torch.Tensor, op: str = "sum", *, group: Optional[Subgroup] = None) -> torch.Tensor:
         """In place: ``tensor`` becomes the reduction over the members

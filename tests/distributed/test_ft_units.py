@@ -467,3 +467,33 @@ def test_sync_takes_the_member_with_the_most_committed_steps_even_if_it_is_not_r
     finally:
         for g in groups:
             g.close()
+
+
+class _LinkStub:
+    def __init__(self, announced, fenced=None, lost=False):
+        self.announced, self.fenced, self.lost = announced, fenced, lost
+
+
+@pytest.mark.parametrize("news,completes,expected", [
+    (dict(members=(0, 1, 7), joined=(7,)), True, True),  # a grow: the collective still completes
+    (dict(members=(0, 1, 7), joined=(7,)), False, False),  # ... unless it cannot within the grace
+    (dict(members=(0,), failed=(1,)), True, False),  # a peer failed: abort at once
+])
+def test_a_collective_in_flight_may_finish_after_a_grow_was_announced(news, completes, expected):
+    """The announcement of a grow can overtake the last message of a collective that the
+    other members already completed: it must not make this member call the step failed."""
+    from ptc.distributed.ft_group import GROW_GRACE_S, Generation
+
+    me = type("Stub", (), {"_link": _LinkStub(Generation(number=2, **news))})()
+    gen = Generation(number=1, members=(0, 1))
+    future, event = torch.futures.Future(), threading.Event()
+    future.add_done_callback(lambda _f: event.set())
+    if completes:
+        threading.Timer(0.05, lambda: future.set_result(None)).start()
+    start = time.monotonic()
+    assert FaultTolerantGroup._finishes_anyway(me, gen, future, event) is expected
+    took = time.monotonic() - start
+    if news.get("failed"):
+        assert took < 0.04  # no waiting when a peer is known dead
+    elif not completes:
+        assert GROW_GRACE_S <= took < GROW_GRACE_S + 1.0
