@@ -25,7 +25,10 @@ before the signal):
 * torchrun ``--max-restarts 1`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
   and a checkpoint every 20 steps: kill -> first step after the restart,
   steps redone;
-* torchft 0.2.0 only if ``import torchft`` works.
+* torchft 0.2.0 only if ``import torchft`` works (``PTC_TORCHFT_PATH`` first on sys.path):
+  4 replica groups of 1 process (``benchmarks/ft_torchft_worker.py``), replica 2
+  SIGKILLed between steps (by this script) and inside the gradient allreduce
+  (by itself) at step 50: resume, lost steps, survivors crashed.
 
 Goals (issue 9): kill-to-resume median under 100 ms with 4 workers, no lost
 committed step, step-time overhead under 5 %.
@@ -300,6 +303,166 @@ def overhead(world: int, steps: int, rounds: int, engine: str) -> Dict[str, Any]
     return result
 
 
+# --- torchft 0.2.0 ------------------------------------------------------------------------
+
+TORCHFT_SCENARIOS = ("kill between steps", "kill in allreduce")
+
+
+def torchft_importable() -> str:
+    """'' when ``import torchft`` works (``PTC_TORCHFT_PATH`` first on sys.path), else why not."""
+    path = os.environ.get("PTC_TORCHFT_PATH")
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    os.environ.setdefault("TORCHFT_USE_OTEL", "false")
+    try:
+        import torchft  # noqa: F401
+    except Exception as exc:  # ImportError, or a dependency that fails to load
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def run_torchft(world: int, scenario: str, *, kill_at: int = 50, steps: int = 150, timeout: float = 90.0) -> Dict[str, Any]:
+    """One torchft job: ``world`` replica groups of one process (``ft_torchft_worker.py``), the
+    lighthouse in this process; replica 2 fails at step ``kill_at`` (``scenario``)."""
+    import select
+
+    out = Path(tempfile.mkdtemp(prefix="ptc-ft-torchft-"))
+    victim = 2
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHFT_USE_OTEL": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PTC_TORCHFT_PATH"), str(ROOT),
+                                                       os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    # the lighthouse in a child of its own (its Rust log goes to a file); it stops when its stdin closes
+    code = ("import sys; from torchft._torchft import LighthouseServer as L; l = L(bind='127.0.0.1:0', min_replicas=1, "
+            "quorum_tick_ms=20, heartbeat_timeout_ms=500, join_timeout_ms=1000); print(l.address(), flush=True); "
+            "sys.stdin.read(); l.shutdown()")  # fmt: skip
+    with open(out / "lighthouse.log", "wb") as err:
+        lighthouse = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=err)  # fmt: skip
+    procs: List[subprocess.Popen] = []
+    kill_time, started, timed_out = None, time.monotonic(), False
+    deadline = started + timeout
+    events = lambda: [e for r in range(world) for e in _events(out / f"events-{r}.jsonl")]  # noqa: E731
+    try:
+        assert lighthouse.stdout is not None and lighthouse.stdin is not None
+        if not select.select([lighthouse.stdout], [], [], 60)[0]:
+            raise RuntimeError(f"the torchft lighthouse did not start in 60 s (log: {out / 'lighthouse.log'})")
+        line = lighthouse.stdout.readline().decode().strip()
+        if not line:
+            raise RuntimeError(f"the torchft lighthouse exited (log: {out / 'lighthouse.log'})")
+        address = "http://127.0.0.1:" + line.rsplit(":", 1)[1]  # address() names the host name
+        for r in range(world):
+            cmd = [sys.executable, str(ROOT / "benchmarks" / "ft_torchft_worker.py"), "--replica", str(r), "--lighthouse",
+                   address, "--events", str(out / f"events-{r}.jsonl"), "--go", str(out / "go"), "--steps", str(steps),
+                   "--sleep", str(SLEEP)]  # fmt: skip
+            if r == victim:
+                cmd += ["--pause-at" if scenario == "kill between steps" else "--selfkill-at", str(kill_at)]
+            with open(out / f"err{r}", "wb") as err:
+                procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL))
+        while time.monotonic() < deadline and sum(e["event"] == "ready" for e in events()) < world:
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.05)
+        (out / "go").write_text("")  # every replica heartbeats: the first quorum takes them all
+        pause = out / f"events-{victim}.jsonl"
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            if kill_time is None and scenario == "kill between steps" and any(e["event"] == "fault" for e in _events(pause)):
+                procs[victim].kill()  # SIGKILL, by PID (our child)
+                kill_time = time.time()
+            time.sleep(0.005 if kill_time is None else 0.05)
+        timed_out = any(p.poll() is None for p in procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        try:
+            lighthouse.stdin.close()  # type: ignore[union-attr]
+            lighthouse.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            lighthouse.kill()
+            lighthouse.wait()
+    ev = sorted(events(), key=lambda e: e["time"])
+    (out / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ev))
+    info: Dict[str, Any] = {"scenario": scenario, "replicas": world, "out": str(out),
+                            "timed_out": timed_out,
+                            "returncodes": [p.returncode for p in procs]}  # fmt: skip
+    fault = next((e for e in ev if e["event"] == "fault"), None)
+    if fault is None:
+        return info
+    tk = kill_time or fault["time"]  # between steps: the parent's SIGKILL; in the allreduce: the victim's own
+    ms = lambda t: None if t is None else round((t - tk) * 1000, 1)  # noqa: E731
+    survivors = [r for r in range(world) if r != victim]
+    resumed, lost, crashed, failed_commits, errors = [], 0, [], 0, {}
+    for r in survivors:
+        mine = [e for e in ev if e.get("replica") == r and e["event"] == "commit"]
+        before = [e for e in mine if e["time"] < tk]
+        # resume: the first commit without the victim (one right after the fault may still include its gradient)
+        c = next((e for e in mine if e["time"] >= tk and e["committed"] and e["participants"] < world), None)
+        resumed.append(c["time"] if c else None)
+        failed_commits += sum(1 for e in mine if e["time"] >= tk and not e["committed"])
+        steps_done = sorted(e["step"] for e in mine if e["committed"])
+        if steps_done:
+            lost += len(set(range(steps_done[0], steps_done[-1] + 1)) - set(steps_done))
+        info.setdefault("participants_before", []).append(before[-1]["participants"] if before else None)
+        if not any(e["event"] == "done" and e.get("replica") == r for e in ev):
+            crashed.append(r)
+            tail = [ln.strip() for ln in (out / f"err{r}").read_text(errors="replace").splitlines() if ln.strip()]
+            where = [ln for ln in tail if ln.startswith("File ")]
+            died = next((e for e in ev if e["event"] == "crash" and e.get("replica") == r), None)
+            errors[r] = {"exit": procs[r].returncode, "crash_ms": ms(died["time"]) if died else None,
+                         "error": (tail[-1][:160] if tail else "") + (f" ({where[-1][:160]})" if where else "")}  # fmt: skip
+    done = [e for e in ev if e["event"] == "done"]
+    info.update({
+        "fault_step": fault["step"], "fault_to_kill_ms": None if kill_time is None else round((kill_time - fault["time"]) * 1000, 1),
+        "resume_ms": ms(max(resumed)) if resumed and None not in resumed else None,
+        "first_resume_ms": ms(min(t for t in resumed if t is not None)) if any(t is not None for t in resumed) else None,
+        "lost": None if crashed else lost, "failed_commits_after_fault": failed_commits,  # lost: n/a when training died
+        "survivors": len(survivors), "survivors_crashed": len(crashed), "crash_errors": errors,
+        "params_equal": len(done) == len(survivors) and len({(d["w0"], d["b"]) for d in done}) == 1,
+    })  # fmt: skip
+    return info
+
+
+def torchft_bench(runs: int = 2, world: int = 4) -> Dict[str, Any]:
+    result: Dict[str, Any] = {"version": "", "replica_groups": world, "processes_per_group": 1, "scenarios": {}}
+    try:
+        from importlib.metadata import version
+
+        result["version"] = version("torchft")
+    except Exception:
+        pass
+    print(f"\ntorchft {result['version']}: {world} replica groups of 1 process, lighthouse (quorum tick 20 ms, heartbeat "
+          f"timeout 500 ms, join timeout 1000 ms), ProcessGroupGloo (5 s), PGTransport, torchft DDP + Optimizer, "
+          f"float64 nn.Linear, {SLEEP * 1000:.0f} ms sleep per step, replica 2 fails at step 50 of 150", flush=True)  # fmt: skip
+    for name in TORCHFT_SCENARIOS:
+        infos = []
+        for _ in range(runs):
+            info = run_torchft(world, name)
+            infos.append(info)
+            errs = (info.get("crash_errors") or {}).values()
+            crash_at = ", ".join("n/a" if e["crash_ms"] is None else f"+{e['crash_ms']:.0f}" for e in errs)
+            crash = "" if not errs else f" ({'; '.join(sorted({e['error'] for e in errs}))}; at {crash_at} ms)"
+            print(f"  [torchft] {name}: resume {info.get('resume_ms')} ms, lost {info.get('lost')}, failed commits "
+                  f"{info.get('failed_commits_after_fault')}, survivors crashed {info.get('survivors_crashed')}/"
+                  f"{info.get('survivors')}{crash}, participants before {info.get('participants_before')}, params "
+                  f"equal {info.get('params_equal')}, timed out {info.get('timed_out')}  ({info['out']})", flush=True)  # fmt: skip
+        crashed = sum(i.get("survivors_crashed") or 0 for i in infos)
+        total = sum(i.get("survivors") or 0 for i in infos)
+        lost = [i["lost"] for i in infos if i.get("lost") is not None]
+        result["scenarios"][name] = {"runs": len(infos), "resume_ms": [i.get("resume_ms") for i in infos],
+                                     "failed_commits": [i.get("failed_commits_after_fault") for i in infos],
+                                     "median_resume_ms": _med([i.get("resume_ms") for i in infos]),
+                                     "lost_max": max(lost) if lost else None,
+                                     "survivors_crashed": f"{crashed}/{total}", "detail": infos}  # fmt: skip
+    print(f"\ntorchft, {world} replica groups  (ms after the fault; median [min-max] over runs)")
+    print(f"{'scenario':24} {'runs':>4} {'resume':>16} {'lost':>5} {'failed commits':>15} {'survivors crashed':>18}")
+    for name, r in result["scenarios"].items():
+        failed = ",".join("n/a" if x is None else str(x) for x in r["failed_commits"])
+        print(f"{name:24} {r['runs']:>4} {_rng(r['resume_ms']):>16} {r['lost_max'] if r['lost_max'] is not None else 'n/a':>5} "
+              f"{failed:>15} {r['survivors_crashed']:>18}")  # fmt: skip
+    return result
+
+
 # --- main -----------------------------------------------------------------------------
 
 
@@ -312,7 +475,7 @@ def main() -> int:
     parser.add_argument("--engines", default=None, help="default: native,rebuild where native exists, else rebuild")
     parser.add_argument("--all-scenarios", action="store_true", help="every scenario with the second engine too")
     parser.add_argument("--overhead-rounds", type=int, default=None, help="interleaved rounds of the overhead runs (default 2; --quick 1)")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,torchrun,overhead")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,torchrun,overhead,torchft")
     args = parser.parse_args()
     reps = min(4, args.reps or (2 if args.quick else 4))
     sizes = [int(s) for s in (args.sizes or ("4" if args.quick else "4,8")).split(",")]
@@ -325,12 +488,9 @@ def main() -> int:
                                "load_avg_start": os.getloadavg()[0], "quick": args.quick}  # fmt: skip
     print(f"ptc fault tolerance benchmark: torch {torch.__version__}, engines {engines}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}; step = {SLEEP * 1000:.0f} ms sleep + the MLP (float64)", flush=True)
-    try:
-        import torchft  # noqa: F401
-
-        results["torchft"] = "importable, but not benchmarked by this script yet"
-    except ImportError:
-        results["torchft"] = "absent (import torchft failed): not measured"
+    torchft_error = torchft_importable()
+    results["torchft"] = "importable: measured at the end (--skip torchft to skip)" if not torchft_error else \
+        f"absent (import torchft failed: {torchft_error}): not measured"
     print(f"torchft: {results['torchft']}", flush=True)
 
     if "scenarios" not in skip:
@@ -406,6 +566,13 @@ def main() -> int:
                 f"   {r['overhead_pct']:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r['overhead_pct_per_round'])})"
             runs = ", ".join(f"{v:.2f}" for v in r["median_ms_per_run"])
             print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){pct}")
+
+    if "torchft" not in skip and not torchft_error:
+        try:
+            results["torchft"] = torchft_bench()
+        except Exception as exc:  # torchft is not ptc: report, keep the ptc results
+            results["torchft"] = f"failed: {type(exc).__name__}: {exc}"
+            print(f"\ntorchft: {results['torchft']}", flush=True)
 
     results["elapsed_s"] = round(time.time() - started, 1)
     print(f"\nbenchmark done in {results['elapsed_s']:.0f} s; load average now {os.getloadavg()[0]:.1f}")
