@@ -122,6 +122,7 @@ class DriverApi:
         self.d = driver if driver is not None else _bindings()[0]
         # 13.x added edge-data arguments (the 12.x spelling of these calls is ..._v2/_v3).
         self.edges = "dependencyData" in (self.d.cuGraphAddNode.__doc__ or "").splitlines()[0]
+        self._version: Optional[int] = None
 
     def check(self, result: Any, what: str) -> Any:
         if not isinstance(result, tuple):
@@ -136,7 +137,10 @@ class DriverApi:
         return rest[0] if len(rest) == 1 else rest
 
     def version(self) -> int:
-        return int(self.check(self.d.cuDriverGetVersion(), "cuDriverGetVersion"))
+        """The driver's CUDA version (12080 for 12.8), asked once."""
+        if self._version is None:
+            self._version = int(self.check(self.d.cuDriverGetVersion(), "cuDriverGetVersion"))
+        return self._version
 
     def stream(self, s: "torch.cuda.Stream") -> Any:
         return self.d.CUstream(s.cuda_stream)

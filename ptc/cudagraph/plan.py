@@ -100,10 +100,6 @@ class Branch:
     operands: List[Any]
     results: Dict[int, fx.Node]
     reasons: List[str] = field(default_factory=list)
-    # One compiled step (body, write-back into the carries, next predicate) used in
-    # capture instead of the three; ``step_note`` says why there is none.
-    step: Optional[Callable[..., Any]] = None
-    step_note: str = ""
 
     @property
     def eligible(self) -> bool:
