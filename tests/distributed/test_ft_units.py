@@ -497,3 +497,33 @@ def test_a_collective_in_flight_may_finish_after_a_grow_was_announced(news, comp
         assert took < 0.04  # no waiting when a peer is known dead
     elif not completes:
         assert GROW_GRACE_S <= took < GROW_GRACE_S + 1.0
+
+
+def test_a_grow_announced_during_an_allreduce_lets_it_complete(coordinator):
+    """The wiring of the grace above: member 1 is inside an allreduce when a grow is announced
+    to it; member 0 joins the allreduce only afterwards. Member 1 gets the sum, not a PeerFailure."""
+    from ptc.distributed.ft_group import Generation
+
+    groups = _groups(coordinator, 2)
+    try:
+        one = groups[1]
+        result = {}
+
+        def member_one():
+            result["sum"] = one.allreduce(torch.ones(2))
+
+        t = threading.Thread(target=member_one)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not one._waiters and time.monotonic() < deadline:  # member 1 is waiting inside its allreduce
+            time.sleep(0.005)
+        assert one._waiters, "member 1 never entered its allreduce"
+        one._link.announced = Generation(number=one.generation.number + 1, members=(0, 1, 7), joined=(7,))
+        one._wake_waiters()
+        time.sleep(0.05)
+        groups[0].allreduce(torch.ones(2))
+        t.join(10)
+        assert torch.equal(result.get("sum"), torch.full((2,), 2.0))
+    finally:
+        for g in groups:
+            g.close()
