@@ -213,6 +213,22 @@ def native_complex_wrapper() -> bool:
     return hasattr(functorch_config, "enable_complex_wrapper")
 
 
+@_probe
+def inductor_cpp_vec_bitcast() -> bool:
+    """Inductor's C++ vector codegen has a to_dtype_bitcast override and per-dtype vector counts ptc can scope."""
+    try:
+        from torch._inductor.codegen import cpp as cpp_codegen
+    except Exception:  # noqa: BLE001 - no C++ backend here
+        return False
+    return (
+        hasattr(cpp_codegen, "CppVecOverrides")
+        and hasattr(cpp_codegen.CppVecOverrides, "to_dtype_bitcast")
+        and hasattr(getattr(cpp_codegen, "CppVecKernel", None), "_get_num_vectors")
+        and hasattr(cpp_codegen, "CppCSEVariable")
+        and isinstance(getattr(cpp_codegen, "DTYPE_TO_CPP", None), dict)
+    )
+
+
 # --- GEMM -------------------------------------------------------------------
 
 

@@ -12,7 +12,10 @@
 3. Inductor config patches, only for the graphs that profit and only during
    their compile: ``cpp.enable_tiling_heuristics=False`` so transcendental-heavy
    kernels that read interleaved (stride-2) memory are vectorised
-   (``vectorize=False`` never patches; see :func:`wants_vectorization`).
+   (``vectorize=False`` never patches; see :func:`wants_vectorization`);
+4. while a rewritten graph compiles, vectorised C++ bitcasts are register
+   casts (:func:`ptc.complex.codegen.vector_bitcasts`): complex64 is read and
+   written through each element's int64 bits.
 
 A Dynamo graph that is *library-bound* (complex values, at least one library
 kernel: GEMM/GEMV, FFT, linalg; and at most one other op that computes, e.g.
@@ -39,6 +42,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from ptc.complex import rules as _rules
+from ptc.complex.codegen import vector_bitcasts
 from ptc.complex.pair import is_paired
 from ptc.complex.rewrite import Report, rewrite
 
@@ -240,7 +244,7 @@ class ComplexBackend:
 
     def _inner(self, inner_compile, gm, example_inputs, **kwargs):
         new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), vector_bitcasts():
             # complex graph inputs feed only zero-copy views now; Inductor's
             # "no code generation for complex operators" warning no longer applies
             warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")

@@ -2,8 +2,11 @@
 
 A ``Pair(re, im)`` stands for the complex tensor ``re + 1j*im``. ``re`` and
 ``im`` are real tensors of the same shape (float32 for complex64, float64 for
-complex128). A pair read from a complex tensor ``z`` is two strided views of
-``view_as_real(z)``: no copy, the original interleaved memory.
+complex128). A pair read from a complex tensor ``z`` reads ``z``'s own
+interleaved memory, no copy: for complex64 on the CPU through the 64 bits of
+each element (``z.view(int64)``: the low 32 bits are the real part's, the high
+32 the imaginary part's), otherwise as two strided views of ``view_as_real(z)``
+(see :func:`split`).
 
 A pair may also remember a complex tensor that already holds its values (its
 *source*: a graph input, the output of a library kernel such as ``mm`` or an
@@ -16,11 +19,13 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+import sys
+
 import torch
 
 aten = torch.ops.aten
 
-__all__ = ["Pair", "PAIRED_DTYPES", "real_dtype", "complex_dtype", "is_paired", "interleave"]
+__all__ = ["Pair", "PAIRED_DTYPES", "real_dtype", "complex_dtype", "is_paired", "interleave", "split", "join"]
 
 #: complex dtypes rewritten into pairs; anything else (complex32) stays on ATen.
 PAIRED_DTYPES = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -47,7 +52,7 @@ def is_paired(value) -> bool:
 class Pair:
     """The complex tensor ``re + 1j*im`` as two real tensors (see the module docstring)."""
 
-    __slots__ = ("re", "im", "dtype", "_source", "imag_only")
+    __slots__ = ("re", "im", "dtype", "_source", "imag_only", "value")
 
     def __init__(
         self,
@@ -69,6 +74,7 @@ class Pair:
         self.re, self.im, self.dtype = re, im, dtype
         self._source = source
         self.imag_only = False  # re is exactly 0 where im is finite (theta * 1j), see rules._exp
+        self.value: Optional[complex] = None  # the Python number of a 0-d constant pair
 
     # --- construction -------------------------------------------------------
 
@@ -85,8 +91,7 @@ class Pair:
             base, sign_im = aten._conj(base), -sign_im
         if base.is_neg():
             base, sign_re, sign_im = aten._neg_view(base), -sign_re, -sign_im
-        planes = aten.view_as_real(base)
-        re, im = aten.select(planes, -1, 0), aten.select(planes, -1, 1)
+        re, im = split(base)
         if sign_re < 0:
             re = aten.neg(re)
         if sign_im < 0:
@@ -100,7 +105,9 @@ class Pair:
         value = complex(value)
         re = torch.scalar_tensor(value.real, dtype=rdt, device=like.device)
         im = torch.scalar_tensor(value.imag, dtype=rdt, device=like.device)
-        return cls(re, im, dtype)
+        out = cls(re, im, dtype)
+        out.value = value
+        return out
 
     @classmethod
     def promote(cls, x, dtype: torch.dtype, like: Optional[torch.Tensor] = None) -> "Pair":
@@ -155,7 +162,7 @@ class Pair:
         re, im = self.re, self.im
         if perm is not None:
             re, im = aten.permute(re, perm), aten.permute(im, perm)
-        z = aten.view_as_complex(interleave(re, im))
+        z = join(re, im, self.dtype)
         if perm is not None:
             inverse = [0] * len(perm)
             for i, p in enumerate(perm):
@@ -179,6 +186,62 @@ class Pair:
 
     def __repr__(self) -> str:
         return f"Pair(shape={tuple(self.shape)}, dtype={self.dtype}, source={self._source is not None})"
+
+
+def _through_bits(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether complex values of ``dtype`` on ``device`` are split and joined through int64 bits.
+
+    Inductor's C++ backend loads a stride-2 plane of ``view_as_real`` one float
+    at a time into a stack buffer, and stores one the same way; loading the
+    int64 view is one contiguous vector load, and taking its halves is a shift
+    and a truncating conversion. Measured on a 2-core AVX-512 CPU: the fused
+    kernel of ``abs(z*w + conj(z)*exp(1j*theta))`` (1M complex64) 1.8 ms
+    against 4.1 ms with stride-2 loads; with complex output 2.1 against 4.3 ms.
+    complex128 has no 128-bit integer to do the same with.
+    """
+    return dtype == torch.complex64 and device.type == "cpu" and sys.byteorder == "little"
+
+
+def split(z: torch.Tensor):
+    """``(z.real, z.imag)`` of a complex tensor without conj or neg bit, read from ``z``'s memory.
+
+    Equivalent to ``view_as_real(z).unbind(-1)``; for complex64 on the CPU the
+    same values come from the int64 view of each element::
+
+        bits = z.view(int64)
+        re = bits.to(int32).view(float32)          # the low 32 bits (truncation)
+        im = (bits >> 32).to(int32).view(float32)  # the high 32 bits
+
+    Bits are bits: NaN payloads, signed zeros and denormals come through unchanged.
+    """
+    if _through_bits(z.dtype, z.device):
+        bits = aten.view.dtype(z, torch.int64)
+        re = aten.view.dtype(bits.to(torch.int32), torch.float32)
+        im = aten.view.dtype((bits >> 32).to(torch.int32), torch.float32)
+        return re, im
+    planes = aten.view_as_real(z)
+    return aten.select(planes, -1, 0), aten.select(planes, -1, 1)
+
+
+def join(re: torch.Tensor, im: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A new complex ``dtype`` tensor ``re + 1j*im`` (both parts already of its real dtype).
+
+    Equivalent to ``view_as_complex(stack([re, im], -1))``; for complex64 on
+    the CPU each element's 64 bits are assembled from the parts' bits and
+    stored at once (see :func:`split`)::
+
+        lo = re.view(int32).to(int64) & 0xFFFFFFFF
+        hi = im.view(int32).to(int64) << 32
+        z = (lo | hi).view(complex64)
+    """
+    if re.shape != im.shape:
+        shape = torch.broadcast_shapes(re.shape, im.shape)
+        re, im = re.expand(shape), im.expand(shape)
+    if _through_bits(dtype, re.device):
+        lo = aten.view.dtype(re, torch.int32).to(torch.int64) & 0xFFFFFFFF
+        hi = aten.view.dtype(im, torch.int32).to(torch.int64) << 32
+        return aten.view.dtype(lo | hi, dtype)
+    return aten.view_as_complex(interleave(re, im))
 
 
 def interleave(re: torch.Tensor, im: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ptc.complex.pair import Pair, complex_dtype, interleave, is_paired, real_dtype
+from ptc.complex.pair import Pair, complex_dtype, is_paired, join, real_dtype
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -370,7 +370,7 @@ def _view_dtype(ctx, x, dtype):
             z = x.complex()
             if not z.is_conj() and not z.is_neg():
                 return aten.view.dtype(z, dtype)
-        return interleave(x.re, x.im).flatten(-2)
+        return aten.view_as_real(join(x.re, x.im, x.dtype)).flatten(-2)
     if dtype not in (torch.complex64, torch.complex128) or x.dtype != real_dtype(dtype) or x.dim() == 0:
         return NotImplemented
     re = x[..., 0::2]
@@ -527,6 +527,8 @@ def _mul(ctx, a, b):
     pa, pb, dt = _binary(ctx, a, b)
     re, im = cmul(pa, pb)
     out = _out(re, im, dt, *pa, *pb)
+    # a complex Python scalar may arrive as itself or as a 0-d constant pair (Tensor schema slot)
+    a, b = (x.value if isinstance(x, Pair) and x.value is not None else x for x in (a, b))
     if isinstance(a, numbers.Number) and not isinstance(b, Pair):
         a, b = b, a
     if (
@@ -1018,7 +1020,7 @@ def _cumsum(ctx, a, dim, *, dtype=None):
             planes = aten.view_as_real(z)
     if planes is None:
         re, im = parts(a, real_dtype(dt))
-        planes = interleave(re, im)
+        planes = aten.view_as_real(join(re, im, dt))
     out = aten.cumsum(planes, dim % a.ndim)
     return Pair(out[..., 0], out[..., 1], dt, source=lambda: aten.view_as_complex(out))
 

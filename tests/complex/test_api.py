@@ -72,24 +72,54 @@ def test_compile_refuses_a_second_backend():
         pc.compile(lambda z: z, backend="inductor")
 
 
-def test_rewritten_graph_reads_the_interleaved_input_without_copies():
-    """The rewrite of ``z * w`` on complex64: views of view_as_real in, one interleaving store out."""
+def _calls(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_rewritten_graph_reads_complex64_through_its_bits_without_copies():
+    """``z * w`` on complex64 (CPU): int64 views of the inputs in, one int64 store viewed as complex out."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     z, w = torch.randn(4, dtype=torch.complex64), torch.randn(4, dtype=torch.complex64)
     gm = make_fx(lambda z, w: z * w)(z, w)
     new = pc.rewrite(gm, (z, w))
-    targets = [str(n.target) for n in new.graph.nodes if n.op == "call_function"]
+    calls = _calls(new)
+    targets = [str(n.target) for n in calls]
+    assert "aten.mul.Tensor" in targets and "aten.view_as_real.default" not in targets
+    assert not any("clone" in t or "contiguous" in t or "cat" in t or "stack" in t for t in targets)
+    placeholders = [n for n in new.graph.nodes if n.op == "placeholder"]
+    for p in placeholders:  # each input is read through one int64 view of its own memory
+        (user,) = [u for u in p.users if u.op == "call_function"]
+        assert str(user.target) == "aten.view.dtype" and user.args[1] == torch.int64
+    # value conversions touch only the integer halves, never a complex or float tensor
+    for n in calls:
+        if "copy" in str(n.target) or "convert_element_type" in str(n.target):
+            assert n.args[0].meta["val"].dtype in (torch.int32, torch.int64), n.format_node()
+    complex_ops = [n for n in calls if n.meta["val"].is_complex() and "detach" not in str(n.target)]
+    (out,) = complex_ops  # the only complex value: the int64 result viewed as complex64
+    assert str(out.target) == "aten.view.dtype" and out.args[0].meta["val"].dtype == torch.int64
+    w2 = torch.randn(4, dtype=torch.complex64)
+    torch.testing.assert_close(new(z, w2), z * w2)
+
+
+def test_rewritten_graph_reads_complex128_through_view_as_real_without_copies():
+    """complex128 has no 128-bit integer: views of view_as_real in, one interleaving store out."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    z, w = torch.randn(4, dtype=torch.complex128), torch.randn(4, dtype=torch.complex128)
+    gm = make_fx(lambda z, w: z * w)(z, w)
+    new = pc.rewrite(gm, (z, w))
+    targets = [str(n.target) for n in _calls(new)]
     assert "aten.view_as_real.default" in targets
     assert "aten.mul.Tensor" in targets and "aten.view_as_complex.default" in targets
     assert not any("clone" in t or "copy" in t or "contiguous" in t for t in targets)
     complex_ops = [
-        n for n in new.graph.nodes
-        if n.op == "call_function" and str(n.target) not in ("aten.view_as_real.default", "aten.view_as_complex.default")
+        n for n in _calls(new)
+        if str(n.target) not in ("aten.view_as_real.default", "aten.view_as_complex.default")
         and n.meta["val"].is_complex()
     ]
     assert complex_ops == []
-    w2 = torch.randn(4, dtype=torch.complex64)
+    w2 = torch.randn(4, dtype=torch.complex128)
     torch.testing.assert_close(new(z, w2), z * w2)
 
 

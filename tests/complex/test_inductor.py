@@ -235,3 +235,68 @@ def test_dynamic_shapes(gen):
     for n in (5, 9):
         z = torch.randn(n, dtype=torch.complex128, generator=gen)
         rel_close(compiled(z), f(z), torch.complex128)
+
+
+@pytest.mark.parametrize("name", ["a", "e"])
+def test_complex64_is_read_through_its_bits_with_register_casts(name, compiled):
+    """Kernels load each complex64 input as one contiguous int64 vector, never as stride-2 floats,
+    and take its float halves with a register cast, not a scalar bit_cast loop."""
+    from ptc import _compat
+
+    kernels = compiled[name][2][0]
+    assert "at::vec::VectorizedN<int64_t,2>::loadu" in kernels
+    assert "2L*x" not in kernels, "a stride-2 (interleaved) load is left"
+    if _compat.INDUCTOR_CPP_VEC_BITCAST:
+        assert "at::vec::cast<float>" in kernels
+        assert "tmpbuf_out[i] = c10::bit_cast" not in kernels, "a vector bitcast went through a scalar loop"
+
+
+def test_vector_bitcasts_is_scoped():
+    """The codegen override is in place only inside the block, and removed on error too."""
+    from ptc import _compat
+    from ptc.complex.codegen import vector_bitcasts
+
+    if not _compat.INDUCTOR_CPP_VEC_BITCAST:
+        with vector_bitcasts() as active:
+            assert active is False
+        return
+    from torch._inductor.codegen.cpp import CppVecOverrides
+
+    before = CppVecOverrides.__dict__["to_dtype_bitcast"]
+    with vector_bitcasts() as active:
+        assert active is True
+        assert CppVecOverrides.__dict__["to_dtype_bitcast"] is not before
+    assert CppVecOverrides.__dict__["to_dtype_bitcast"] is before
+    with pytest.raises(KeyError):
+        with vector_bitcasts():
+            raise KeyError("boom")
+    assert CppVecOverrides.__dict__["to_dtype_bitcast"] is before
+
+
+def test_bits_round_trip_special_values():
+    """split/join move bits, not values: NaN payloads, signed zeros, infinities and denormals survive."""
+    from ptc.complex.pair import join, split
+
+    raw = torch.tensor(
+        [0x7FC00001, 0x80000000, 0x00000001, 0x7F800000, 0xFF800000, 0x3F800000, 0x7FBFFFFF, 0x807FFFFF],
+        dtype=torch.int64,
+    ).to(torch.int32)
+    parts = raw.view(torch.float32)
+    z = torch.view_as_complex(torch.stack([parts, parts.flip(0)], -1))
+    re, im = split(z)
+    assert torch.equal(re.view(torch.int32), raw) and torch.equal(im.view(torch.int32), raw.flip(0))
+    back = join(re, im, torch.complex64)
+    assert torch.equal(torch.view_as_real(back).view(torch.int32), torch.view_as_real(z).view(torch.int32))
+    compiled = torch.compile(lambda z: (z * 1).conj().conj(), backend=pc.backend())
+    got = compiled(z)
+    # NaN payloads may change through arithmetic; the non-NaN bits must be exactly eager's
+    exp = (z * 1).conj().conj()
+    finite = ~torch.isnan(torch.view_as_real(exp))
+    assert torch.equal(torch.view_as_real(got)[finite], torch.view_as_real(exp)[finite])
+
+
+def test_exp_of_imaginary_multiple_is_cos_and_sin(compiled):
+    """``exp(1j * theta)`` (the constant reaches the rule as a 0-d pair) computes no exp of a zero real part."""
+    kernels = compiled["a"][2][0]
+    assert ".cos()" in kernels and ".sin()" in kernels
+    assert ".exp()" not in kernels
