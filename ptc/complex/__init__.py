@@ -2,7 +2,8 @@
 
 Stock Inductor runs almost every complex op on its eager kernel. Under ptc's
 backend each complex op becomes real arithmetic on (real, imag) pairs read from
-the original interleaved memory (``view_as_real``, no copies), so Inductor
+the original interleaved memory (no copies; complex64 on the CPU through each
+element's int64 bits, see :func:`ptc.complex.pair.split`), so Inductor
 fuses it into vectorised real kernels, in forward and backward graphs alike::
 
     import ptc.complex

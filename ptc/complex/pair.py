@@ -150,8 +150,8 @@ class Pair:
         """This value as an interleaved complex tensor.
 
         The source when there is one (no copy). Otherwise ``re`` and ``im`` are
-        interleaved by one ``stack`` that Inductor fuses into the kernel that
-        computes them; with ``like`` the new tensor gets ``like``'s strides
+        interleaved by one store (:func:`join`) that Inductor fuses into the
+        kernel that computes them; with ``like`` the new tensor gets ``like``'s strides
         (dense layouts only), so compiled outputs keep eager's memory format.
         """
         if self._source is not None:

@@ -5,8 +5,10 @@ inference; functional, already decomposed), before Inductor lowers it. The
 graph is re-traced with ``make_fx`` while an interpreter carries every complex
 value as a :class:`~ptc.complex.pair.Pair`:
 
-* complex graph inputs become two strided views of ``view_as_real(input)``:
-  the original interleaved memory, no copy (conj/neg bits folded into signs);
+* complex graph inputs are read from their own interleaved memory, no copy
+  (:func:`~ptc.complex.pair.split`: the int64 bits of each complex64 element
+  on the CPU, else two strided views of ``view_as_real(input)``; conj/neg bits
+  folded into signs);
 * each complex op runs its rule from :mod:`ptc.complex.rules`, which emits
   real ATen ops that Inductor fuses like any real code;
 * ops without a rule, library ops (GEMM, FFT, linalg) and ops that raise for
@@ -14,7 +16,8 @@ value as a :class:`~ptc.complex.pair.Pair`:
   source tensor itself, others are interleaved once, and complex results come
   back as views;
 * complex graph outputs are the source tensor when there is one, else one
-  interleaving ``stack`` fused into the kernel that computes them, laid out
+  interleaving store (:func:`~ptc.complex.pair.join`) fused into the kernel
+  that computes them, laid out
   like the original output (strides, conj bit).
 
 The signature of the graph (inputs, outputs, dtypes, shapes) is unchanged.
