@@ -71,7 +71,10 @@ def vector_bitcasts() -> Iterator[bool]:
     from torch._inductor.codegen import cpp as cpp_codegen
 
     cls = cpp_codegen.CppVecOverrides
-    original = cls.__dict__["to_dtype_bitcast"]
+    original = cls.__dict__.get("to_dtype_bitcast")
+    if not isinstance(original, staticmethod):  # inherited or of another kind: leave Inductor's code alone
+        yield False
+        return
     cls.to_dtype_bitcast = staticmethod(_register_bitcast(original.__func__))
     try:
         yield True

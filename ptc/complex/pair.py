@@ -17,9 +17,8 @@ outputs cross the boundary without copies.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
-
 import sys
+from typing import Callable, Optional, Sequence
 
 import torch
 
