@@ -255,7 +255,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_plain_ddp(world: int, steps: int, timeout: float = 180.0) -> List[float]:
+def run_plain_ddp(world: int, steps: int, timeout: float = 180.0) -> Dict[str, List[float]]:
+    """Worker 0's per-step wall and CPU times (``{"wall": [...], "cpu": [...]}``, seconds)."""
     out = Path(tempfile.mkdtemp(prefix="ptc-ft-plain-"))
     port = _free_port()
     procs = []
@@ -270,36 +271,52 @@ def run_plain_ddp(world: int, steps: int, timeout: float = 180.0) -> List[float]
 
     wait_then_kill(procs, timeout)
     path = out / "times.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    return json.loads(path.read_text()) if path.exists() else {"wall": [], "cpu": []}
 
 
-def run_ptc_steady(world: int, steps: int, engine: str, ddp: bool, timeout: float = 180.0) -> List[float]:
+def run_ptc_steady(world: int, steps: int, engine: str, ddp: bool, timeout: float = 180.0) -> Dict[str, List[float]]:
+    """Worker 0's per-step wall and CPU times, as :func:`run_plain_ddp`."""
     out = Path(tempfile.mkdtemp(prefix="ptc-ft-steady-"))
     options = ["--steps", str(steps), "--no-report", "--engine", engine] + (["--ddp"] if ddp else [])
     job = LocalJob(ft_demo.worker_command(str(out / "states"), *options), world, heartbeat_timeout=5.0, log_dir=out / "logs")
     job.run(timeout=timeout)
     states = ft_demo.load_states(out / "states")
-    return list(states[0]["step_times"]) if 0 in states else []
+    if 0 not in states:
+        return {"wall": [], "cpu": []}
+    return {"wall": list(states[0]["step_times"]), "cpu": list(states[0]["step_cpu_times"])}
 
 
 def overhead(world: int, steps: int, rounds: int, engine: str) -> Dict[str, Any]:
+    """Median step time of worker 0 per run (wall), and its process's CPU time per step (cpu).
+
+    On a machine with fewer cores than workers the wall time of a step is set
+    by the scheduler as much as by the step's own work (single rounds swing by
+    +-15 % on 2 cores); the CPU time a worker spends per step is what ptc adds
+    to the machine's load, and far steadier. Both are compared per round
+    (interleaved runs, same machine state) with plain DDP.
+    """
     skip = 30
-    samples: Dict[str, List[float]] = {"plain DDP (gloo)": [], "ptc Trainer": [], "ptc Trainer, ddp=True": []}
+    names = ("plain DDP (gloo)", "ptc Trainer", "ptc Trainer, ddp=True")
+    wall: Dict[str, List[Optional[float]]] = {name: [] for name in names}
+    cpu: Dict[str, List[Optional[float]]] = {name: [] for name in names}
     for _ in range(rounds):
-        for name in samples:
+        for name in names:
             if name.startswith("plain"):
                 times = run_plain_ddp(world, steps)
             else:
                 times = run_ptc_steady(world, steps, engine, ddp=name.endswith("True"))
-            if len(times) > skip:
-                samples[name].append(statistics.median(times[skip:]) * 1000)
-    result = {name: {"median_ms_per_run": v, "median_ms": _med(v)} for name, v in samples.items()}
-    base_runs = samples["plain DDP (gloo)"]
-    for name, r in result.items():
-        # paired: each run against the plain-DDP run of the same round (interleaved, same machine state)
-        pairs = [t / b - 1 for t, b in zip(samples[name], base_runs) if b]
-        r["overhead_pct"] = None if not pairs else round(_med(pairs) * 100, 1)
-        r["overhead_pct_per_round"] = [round(x * 100, 1) for x in pairs]
+            ok = len(times["wall"]) > skip
+            wall[name].append(statistics.median(times["wall"][skip:]) * 1000 if ok else None)
+            cpu[name].append(statistics.median(times["cpu"][skip:]) * 1000 if len(times["cpu"]) > skip else None)
+    result = {}
+    for name in names:
+        r = result[name] = {"median_ms_per_run": wall[name], "median_ms": _med(wall[name]),
+                            "cpu_ms_per_run": cpu[name], "cpu_ms": _med(cpu[name])}  # fmt: skip
+        for key, runs in (("", wall), ("cpu_", cpu)):
+            # paired: each run against the plain-DDP run of the same round (interleaved, same machine state)
+            pairs = [t / b - 1 for t, b in zip(runs[name], runs[names[0]]) if t and b]
+            r[f"{key}overhead_pct"] = None if not pairs else round(_med(pairs) * 100, 1)
+            r[f"{key}overhead_pct_per_round"] = [round(x * 100, 1) for x in pairs]
     return result
 
 
@@ -564,8 +581,11 @@ def main() -> int:
         for name, r in ov.items():
             pct = "" if r["overhead_pct"] is None or name.startswith("plain") else \
                 f"   {r['overhead_pct']:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r['overhead_pct_per_round'])})"
-            runs = ", ".join(f"{v:.2f}" for v in r["median_ms_per_run"])
+            runs = ", ".join(f"{v:.2f}" if v is not None else "-" for v in r["median_ms_per_run"])
             print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){pct}")
+            cpu_pct = "" if r["cpu_overhead_pct"] is None or name.startswith("plain") else \
+                f"   {r['cpu_overhead_pct']:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r['cpu_overhead_pct_per_round'])})"
+            print(f"  {'':24} {r['cpu_ms'] or float('nan'):7.2f} ms CPU per step (worker 0's process, every thread){cpu_pct}")
 
     if "torchft" not in skip and not torchft_error:
         try:

@@ -111,15 +111,18 @@ def worker_main(argv: Optional[List[str]] = None) -> int:
         loss_of(trainer.model, info.worker_id, info.step).backward()
 
     step_times: List[float] = []
+    step_cpu_times: List[float] = []  # this process's CPU time per step, every thread (benchmarks/ft.py)
     while not _done(trainer, args):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         trainer.run_step(compute)
         step_times.append(time.perf_counter() - t)
+        step_cpu_times.append(time.process_time() - c)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.save({"worker": ft.worker_id, "rank": ft.rank, "generation": ft.generation.number,  # type: ignore[union-attr]
                 "checksum": trainer.checksum(), "state": model.state_dict(), "history": trainer.history,
-                "syncs": trainer.syncs, "step_times": step_times}, out / f"worker{ft.worker_id}.pt")  # fmt: skip
+                "syncs": trainer.syncs, "step_times": step_times,
+                "step_cpu_times": step_cpu_times}, out / f"worker{ft.worker_id}.pt")  # fmt: skip
     ft.event("done", step=trainer.step)
     ft.close()
     return 0
