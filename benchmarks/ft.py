@@ -292,8 +292,10 @@ def overhead(world: int, steps: int, rounds: int, engine: str) -> Dict[str, Any]
     On a machine with fewer cores than workers the wall time of a step is set
     by the scheduler as much as by the step's own work (single rounds swing by
     +-15 % on 2 cores); the CPU time a worker spends per step is what ptc adds
-    to the machine's load, and far steadier. Both are compared per round
-    (interleaved runs, same machine state) with plain DDP.
+    to the machine's load. Both are compared per round (interleaved runs, same
+    machine state) with plain DDP. Measured on 2 cores the CPU figure swung as
+    much as the wall one (whole rounds +30 %, then -5 %: contention shows in CPU
+    time too), so neither settles a few per cent there.
     """
     skip = 30
     names = ("plain DDP (gloo)", "ptc Trainer", "ptc Trainer, ddp=True")
