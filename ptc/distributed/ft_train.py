@@ -108,6 +108,7 @@ class Trainer:
         self.syncs: List[Dict[str, Any]] = []
         self._needs_sync = True
         self._params = [p for p in model.parameters() if p.requires_grad]
+        self._numels = [p.numel() for p in self._params]
         self._hook_failure: Optional[BaseException] = None
         self._hook_flags: Optional[torch.Tensor] = None
         self.model: torch.nn.Module = self._wrap_ddp(model) if ddp else model
@@ -230,19 +231,20 @@ class Trainer:
             grads = [p.grad.reshape(-1).to(torch.float64) for p in self._params]
             flat = torch.cat(grads + [self._vote()])
             ft._allreduce_owned(flat)
+            # the mean, divided once over the flat buffer (the same IEEE division as p.grad / size), then
+            # copied back: a few torch calls per step instead of four per parameter (each costs
+            # microseconds of Python on a loaded CPU)
+            means = flat[:-3].div_(ft.size).split(self._numels)
+            for p, mean in zip(self._params, means):
+                p.grad.copy_(mean.view_as(p.grad))
             total = flat[-3:]
-            offset = 0
-            for p in self._params:
-                n = p.numel()
-                p.grad.copy_(flat[offset:offset + n].view_as(p.grad) / ft.size)
-                offset += n
         else:
             if self._hook_failure is not None:
                 raise self._hook_failure
             if self._hook_flags is None:
                 raise PtcError("ddp=True: the gradient hook did not run for the last bucket (no parameter got a gradient?)")
             total = self._hook_flags
-        votes, join, steps = float(total[0]), float(total[1]), float(total[2])
+        votes, join, steps = total.tolist()
         committed = votes == ft.size and steps == ft.size * self.step
         if committed:
             self.optimizer.step()
