@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import io
 import time
+import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -275,18 +276,34 @@ class Trainer:
 
         local = _compat.gloo_process_group(HashStore(), 0, 1, datetime.timedelta(seconds=60))
         ddp = DistributedDataParallel(model, process_group=local)
-        ddp.register_comm_hook(self, _ft_comm_hook)
+        # the hook's state refers to the trainer weakly: a strong reference would make a cycle
+        # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
+        # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
+        ddp.register_comm_hook(_HookState(weakref.ref(self)), _ft_comm_hook)
         self._local_pg = local
         return ddp
 
 
-def _ft_comm_hook(trainer, bucket):  # no annotations: DDP checks them against its own types
+class _HookState:
+    """What DDP holds for ptc's comm hook: a weak reference to the trainer."""
+
+    __slots__ = ("trainer",)
+
+    def __init__(self, trainer: "weakref.ref[Trainer]") -> None:
+        self.trainer = trainer
+
+
+def _ft_comm_hook(state, bucket):  # no annotations: DDP checks them against its own types
     """DDP communication hook: each bucket is averaged over the fault-tolerant
     group; the last bucket carries the vote.  After a failure the remaining
     buckets keep their local gradients (the step will not be committed)."""
-    ft = trainer.group
     buffer = bucket.buffer()
     future: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
+    trainer = state.trainer()
+    if trainer is None:  # the Trainer is gone: nothing will commit this step
+        future.set_result(buffer)
+        return future
+    ft = trainer.group
     if trainer._hook_failure is None:
         last = bucket.is_last()
         parts = [buffer.to(torch.float64)]
