@@ -232,6 +232,19 @@ class _NativeEngine:
         return self.pg
 
 
+def _abort_quietly(pg: Any) -> None:
+    """End an abandoned generation's group now: its collectives still waiting on peers fail at once.
+
+    Left alone, a survivor's aborted collective stays pending in gloo, and when a peer of
+    that old generation later exits gloo throws from its own thread (std::terminate: the
+    survivor dies with SIGABRT or SIGSEGV at its exit). Best effort: a group that cannot
+    abort is just kept, as before."""
+    try:
+        pg.abort()
+    except Exception:  # noqa: BLE001 - nothing to do but keep it alive
+        pass
+
+
 class _RebuildEngine:
     """A new gloo process group per generation; abandoned ones kept alive."""
 
@@ -256,7 +269,9 @@ class _RebuildEngine:
         pg = _compat.gloo_process_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
         pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
         if self.pg is not None:
-            self.graveyard.append((now, self.pg))
+            old = self.pg
+            self.graveyard.append((now, old))
+            _abort_quietly(old)
         self.pg = pg
         return pg
 
