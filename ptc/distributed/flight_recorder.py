@@ -106,7 +106,7 @@ import torch
 
 from ptc import _compat
 from ptc.distributed import fr_capture
-from ptc.distributed.fr_ops import KINDS, P2P_KINDS, describe, kind_name, profiling_prefix
+from ptc.distributed.fr_ops import IN_PLACE_KINDS, KINDS, P2P_KINDS, describe, kind_name, profiling_prefix
 from ptc.errors import FeatureUnavailable, PtcTypeError, PtcValueError
 
 __all__ = [
@@ -135,14 +135,14 @@ def _default_dump_dir() -> str:
 
 
 _DONE = frozenset({"completed", "failed"})
-# kind as capture reports it (HookOpName member or name) -> (canonical name, is p2p), or
+# kind as capture reports it (a HookOpName name; a member also works) -> (canonical name, is p2p, in place), or
 # False for kinds the recorder skips; filled on first sight, read on every call
 _KIND_INFO: Dict[Any, Any] = {}
 
 
 def _kind_info(kind: Any) -> Any:
     name = kind_name(kind)
-    info = (name, name in P2P_KINDS) if name in KINDS else False
+    info = (name, name in P2P_KINDS, name in IN_PLACE_KINDS) if name in KINDS else False
     _KIND_INFO[kind] = info
     return info
 
@@ -672,7 +672,8 @@ class FlightRecorder:
                 entry.inputs = ((t.shape, t.dtype),)
             else:
                 entry.inputs = [(t.shape, t.dtype) for t in inputs]
-            entry.outputs = [(t.shape, t.dtype) for t in outputs] if outputs else ()
+            # in-place collectives' outputs are their inputs (describe() reads them there)
+            entry.outputs = () if info[2] or not outputs else [(t.shape, t.dtype) for t in outputs]
             entry.peer = peer
             entry.record_id = next(record_ids)
             if info[1]:

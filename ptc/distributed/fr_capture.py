@@ -4,8 +4,8 @@ A recorder attaches :class:`Calls` to one ``ProcessGroup`` object, four
 functions that are told about every call issued through it:
 
 * ``begin(kind, inputs, outputs, peer)`` before the backend sees the call; it
-  returns a token (or ``None`` to ignore the call).  ``kind`` is a
-  ``HookOpName`` member or its name (``"ALLREDUCE"``), ``inputs``/``outputs``
+  returns a token (or ``None`` to ignore the call).  ``kind`` is the name of
+  a ``HookOpName`` member (``"ALLREDUCE"``), ``inputs``/``outputs``
   are flat tensor lists, ``peer`` is the root or p2p peer as a group rank, -1 if
   none;
 * ``started(token, work)`` when the backend returned its ``Work``;
@@ -183,6 +183,16 @@ def wait_wrapped() -> bool:
 _HOOK_IDS = itertools.count(0x7074_6300)  # "ptc" + n: apart from ids torch's own hooks use
 
 
+_HOOK_KIND_NAMES: Dict[int, str] = {}  # HookOpName value -> member name ("ALLREDUCE")
+
+
+def _learn_kind_names(kind: Any) -> str:
+    """The name of hook kind ``kind``, after filling the table from its enum's members."""
+    members = getattr(type(kind), "__members__", None) or {}
+    _HOOK_KIND_NAMES.update({member.value: name for name, member in members.items()})
+    return _HOOK_KIND_NAMES.get(kind.value) or str(kind).rsplit(".", 1)[-1]
+
+
 class _HookAttachment:
     """One pre/post hook pair on one process group."""
 
@@ -193,6 +203,7 @@ class _HookAttachment:
         # thread ident -> (op_id, token): the call each thread has between its pre and post hook
         open_calls: Dict[int, Tuple[int, Any]] = {}
         get_ident = threading.get_ident
+        kind_names = _HOOK_KIND_NAMES
 
         def pre(args: Any) -> None:
             try:
@@ -201,7 +212,9 @@ class _HookAttachment:
                     stale = open_calls.pop(ident, None)
                     if stale is not None:  # the backend raised: no post hook came for it
                         done(stale[1], RuntimeError("the backend raised before returning a Work"))
-                token = begin(args.name, args.input_tensors, args.output_tensors, args.root)
+                kind = args.name  # a new HookOpName object per call: its hash and == are pybind calls
+                name = kind_names.get(kind.value)
+                token = begin(name or _learn_kind_names(kind), args.input_tensors, args.output_tensors, args.root)
                 if token is not None:
                     open_calls[ident] = (args.op_id, token)
             except Exception as exc:  # noqa: BLE001 - never break the user's collective

@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 __all__ = [
+    "IN_PLACE_KINDS",
     "KINDS",
     "P2P_KINDS",
     "STOCK_BACKENDS",
@@ -67,7 +68,7 @@ P2P_KINDS = frozenset({"SEND", "RECV"})
 # Backend prefixes torchfrtrace accepts (components/types.py, class Op).
 STOCK_BACKENDS = frozenset({"nccl", "ncclx", "xccl", "gloo", "rccl", "rcclx", "mccl", "hccl"})
 
-_IN_PLACE = frozenset({"ALLREDUCE", "BROADCAST", "REDUCE"})
+IN_PLACE_KINDS = frozenset({"ALLREDUCE", "BROADCAST", "REDUCE"})
 _STACK_OUTPUTS = frozenset({"ALLGATHER", "GATHER"})
 _STACK_INPUTS = frozenset({"REDUCE_SCATTER", "SCATTER"})
 
@@ -150,7 +151,7 @@ def describe(
         else:
             label = f"{prefix}:recv {group_rank}<-{peer}"
         return (name, label, sizes, dtypes, sizes, dtypes, True)
-    if kind in _IN_PLACE and not outputs:
+    if kind in IN_PLACE_KINDS and not outputs:
         in_sizes, in_dtypes = _shapes(inputs)
         return (name, f"{prefix}:{name}", in_sizes, in_dtypes, in_sizes, in_dtypes, False)
     if kind == "ALLTOALL" or (kind in _STACK_INPUTS and len(outputs) <= 1):

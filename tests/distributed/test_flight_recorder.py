@@ -112,6 +112,26 @@ def test_hooks_and_wrapper_record_alike(fake_world, tmp_path):
     assert records["hooks"] == records["wrapper"]
 
 
+def test_hook_kinds_are_named_through_their_enum_value(monkeypatch):
+    """The hooks hand over a new enum object per call; the capture names it by its value
+    (hashing the object itself is a pybind call), learning the names from its enum."""
+    import enum
+
+    from ptc.distributed import fr_capture
+
+    class Kind(enum.Enum):  # stands in for torch's HookOpName, which torch 2.13 lacks
+        ALLREDUCE = 0
+        SEND = 9
+
+    monkeypatch.setattr(fr_capture, "_HOOK_KIND_NAMES", {})
+    assert fr_capture._learn_kind_names(Kind.SEND) == "SEND"
+    assert fr_capture._HOOK_KIND_NAMES == {0: "ALLREDUCE", 9: "SEND"}
+    if _compat.PROCESS_GROUP_HOOKS:
+        hook_op_name = type(torch._C._distributed_c10d.HookOpName.BARRIER)
+        for name, member in hook_op_name.__members__.items():
+            assert fr_capture._learn_kind_names(member) == name
+
+
 @pytest.fixture
 def gloo_solo():
     """The default group: gloo with this process alone."""
