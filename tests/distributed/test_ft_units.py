@@ -527,3 +527,102 @@ def test_a_grow_announced_during_an_allreduce_lets_it_complete(coordinator):
     finally:
         for g in groups:
             g.close()
+
+
+class _Work:
+    """A c10d Work stand-in: completes ``after`` seconds after it was issued (never if None),
+    raising ``error`` from wait() if given; counts how it was waited for."""
+
+    def __init__(self, after, error=None):
+        self.future = torch.futures.Future()
+        self.error = error
+        self.timed_waits = 0
+        self.futures_asked = 0
+        if after is not None:
+            threading.Timer(after, self._finish).start()
+
+    def _finish(self):
+        if self.error is None:
+            self.future.set_result(None)
+        else:
+            self.future.set_exception(self.error)
+
+    def is_completed(self):
+        return self.future.done()
+
+    def get_future(self):
+        self.futures_asked += 1
+        return self.future
+
+    def wait(self, timeout=None):
+        if timeout is not None:
+            self.timed_waits += 1
+            deadline = time.monotonic() + timeout.total_seconds()
+            while not self.future.done() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if not self.future.done():
+                raise RuntimeError("Operation timed out!")  # what c10d's Work::wait(timeout) raises
+        self.future.wait()
+        return True
+
+
+def _bare_group(work):
+    """A FaultTolerantGroup around one stand-in Work, with nothing else behind it."""
+    import datetime
+    import types
+
+    from ptc.distributed.ft_group import Generation
+
+    class Bare(FaultTolerantGroup):
+        def __init__(self):
+            self.generation = Generation(number=1, members=(0, 1))
+            self._link = _LinkStub(None)
+            self._engine = types.SimpleNamespace(pg=types.SimpleNamespace(allreduce=lambda tensors: work))
+            self.faults, self._recorder = None, None
+            self._waiters, self._waiters_lock = set(), threading.Lock()
+            self._timeout = datetime.timedelta(seconds=5)
+
+        def _failure(self, detail):
+            return PeerFailure([1], 1, detail)
+
+    return Bare()
+
+
+def test_a_collective_done_within_the_fast_wait_is_waited_for_in_cpp_alone():
+    """No done-callback, no registered waiter: the common case costs one C++ wait."""
+    from ptc.distributed.ft_group import FAST_WAIT
+
+    work = _Work(after=FAST_WAIT.total_seconds() / 4)
+    group = _bare_group(work)
+    group._allreduce_owned(torch.ones(1))
+    assert work.timed_waits == 1 and work.futures_asked == 0 and not group._waiters
+
+
+def test_a_collective_that_fails_within_the_fast_wait_is_a_peer_failure():
+    work = _Work(after=0.0, error=RuntimeError("Connection closed by peer [127.0.0.1]:1234"))
+    with pytest.raises(PeerFailure, match="Connection closed by peer"):
+        _bare_group(work)._allreduce_owned(torch.ones(1))
+    assert work.futures_asked == 0
+
+
+def test_a_slow_collective_switches_to_the_abortable_wait():
+    """Past the fast wait it completes normally, or news releases it at once."""
+    from ptc.distributed.ft_group import FAST_WAIT, Generation
+
+    slow = FAST_WAIT.total_seconds() * 5
+    work = _Work(after=slow)
+    group = _bare_group(work)
+    start = time.monotonic()
+    group._allreduce_owned(torch.ones(1))
+    assert time.monotonic() - start >= slow and work.futures_asked == 1 and not group._waiters
+
+    work = _Work(after=None)  # never completes: a peer died, this rank is not its neighbour
+    group = _bare_group(work)
+    timer = threading.Timer(slow, lambda: (setattr(group._link, "announced", Generation(number=2, members=(0,), failed=(1,))),
+                                           group._wake_waiters()))  # fmt: skip
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(PeerFailure, match="aborted, generation 1 was replaced"):
+        group._allreduce_owned(torch.ones(1))
+    assert time.monotonic() - start < slow + 0.4  # released by the news, not by the 0.5 s poll
+    assert not group._waiters
