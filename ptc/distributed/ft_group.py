@@ -629,9 +629,10 @@ class FaultTolerantGroup:
         try:
             work.wait(FAST_WAIT)
             return
-        except RuntimeError as exc:
-            if work.is_completed():  # it failed (a wait that timed out leaves the work running)
-                raise self._failure(f"{what}: {exc}") from None
+        except RuntimeError:
+            # timed out (the work goes on), or failed; or it completed right after the timeout
+            # struck: the wait below tells them apart (it raises only the work's own error)
+            pass
         self._wait_abortable(what, gen, work)
 
     def _wait_abortable(self, what: str, gen: Generation, work: Any) -> None:
