@@ -33,9 +33,10 @@ the new generation.  Two engines do the reconnect:
 ``native``  torch's gloo ``reconfigure`` (one process group object for the
             whole job; about 1-3 ms);
 ``rebuild`` a new gloo process group per generation on a store prefix of
-            its own; the abandoned ones are kept referenced until their
-            stuck worker threads have timed out (dropping one earlier
-            blocks until then).
+            its own; the abandoned ones are kept until the process ends
+            and never destroyed (destroying one with a collective pending
+            on a dead peer blocks until its timeout, or aborts the process
+            when it happens on one of gloo's threads).
 
 ``engine="auto"`` takes ``native`` where torch has it
 (``ptc._compat.GLOO_RECONFIGURE``), else ``rebuild``.
@@ -242,20 +243,40 @@ class _NativeEngine:
 
 
 def _abort_quietly(pg: Any) -> None:
-    """End an abandoned generation's group now: its collectives still waiting on peers fail at once.
+    """Ask an abandoned generation's group to end its collectives still waiting on peers.
 
-    Left alone, a survivor's aborted collective stays pending in gloo, and when a peer of
-    that old generation later exits gloo throws from its own thread (std::terminate: the
-    survivor dies with SIGABRT or SIGSEGV at its exit). Best effort: a group that cannot
-    abort is just kept, as before."""
+    Best effort (gloo on torch 2.13 accepts the call and leaves a pending collective
+    pending); a group that cannot abort is just kept, like every abandoned group."""
     try:
         pg.abort()
     except Exception:  # noqa: BLE001 - nothing to do but keep it alive
         pass
 
 
+_ABANDONED: List[Any] = []  # abandoned groups, never destroyed (see _keep_for_good)
+
+
+def _keep_for_good(pg: Any) -> None:
+    """Keep ``pg`` until the process ends, without ever destroying it.
+
+    An abandoned gloo group may hold a collective pending on a dead peer.  Destroying
+    it blocks until that collective times out (torch 2.13: the group's timeout, 30 min
+    by default), and destroyed by the garbage collector on one of gloo's own threads
+    (where a done-callback runs Python) it killed survivors with std::terminate
+    (``gloo::IoException``: SIGABRT at their exit, 1 in 6 to 3 in 4 runs of
+    test_ddp_survives_a_crash_inside_the_gradient_allreduce).  A module list alone
+    would still be cleared, and the group destroyed, while the interpreter shuts down,
+    so the list also owns one reference that is never released.  Cost: the group's
+    threads and sockets stay until the process exits (one group per generation change).
+    """
+    import ctypes
+
+    _ABANDONED.append(pg)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))
+
+
 class _RebuildEngine:
-    """A new gloo process group per generation; abandoned ones kept alive."""
+    """A new gloo process group per generation; abandoned ones kept for good."""
 
     name = "rebuild"
 
@@ -263,7 +284,6 @@ class _RebuildEngine:
         self._store = store
         self._timeout = timeout
         self.pg: Any = None
-        self.graveyard: List[Tuple[float, Any]] = []
 
     def handle(self) -> str:
         return ""
@@ -271,15 +291,11 @@ class _RebuildEngine:
     def connect(self, gen: int, rank: int, size: int, handles: List[str], timeout: datetime.timedelta) -> Any:
         from torch._C._distributed_c10d import PrefixStore
 
-        now = time.monotonic()
-        # a group abandoned longer ago than the collective timeout has no stuck thread left: dropping it is quick
-        horizon = self._timeout.total_seconds() + 5
-        self.graveyard = [(t, pg) for t, pg in self.graveyard if now - t < horizon]
         pg = _compat.gloo_process_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
         pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
         if self.pg is not None:
             old = self.pg
-            self.graveyard.append((now, old))
+            _keep_for_good(old)
             _abort_quietly(old)
         self.pg = pg
         return pg

@@ -316,8 +316,8 @@ def _ft_comm_hook(state, bucket):  # no annotations: DDP checks them against its
             trainer._hook_failure = failure
         else:
             n = buffer.numel()
-            buffer.copy_(flat[:n] / ft.size)
+            buffer.copy_(flat[:n].div_(ft.size))  # the same IEEE division as flat / size, in place
             if last:
-                trainer._hook_flags = flat[n:].clone()
+                trainer._hook_flags = flat[n:]  # flat is this call's own buffer
     future.set_result(buffer)
     return future

@@ -593,9 +593,8 @@ def _bare_group(work):
 
 def test_a_collective_done_within_the_fast_wait_is_waited_for_in_cpp_alone():
     """No done-callback, no registered waiter: the common case costs one C++ wait."""
-    from ptc.distributed.ft_group import FAST_WAIT
-
-    work = _Work(after=FAST_WAIT.total_seconds() / 4)
+    work = _Work(after=None)
+    work._finish()  # done when waited for (deterministic: a loaded machine could stall a timer past FAST_WAIT)
     group = _bare_group(work)
     group._allreduce_owned(torch.ones(1))
     assert work.timed_waits == 1 and work.futures_asked == 0 and not group._waiters
@@ -619,11 +618,17 @@ def test_a_slow_collective_switches_to_the_abortable_wait():
     from ptc.distributed.ft_group import FAST_WAIT, Generation
 
     slow = FAST_WAIT.total_seconds() * 5
-    work = _Work(after=slow)
+    work = _Work(after=None)
+    asked = work.get_future
+
+    def get_future():  # the work completes only once the wait has switched (a loaded machine may stall it)
+        threading.Timer(slow, work._finish).start()
+        return asked()
+
+    work.get_future = get_future
     group = _bare_group(work)
-    start = time.monotonic()
     group._allreduce_owned(torch.ones(1))
-    assert time.monotonic() - start >= slow and work.futures_asked == 1 and not group._waiters
+    assert work.is_completed() and work.futures_asked == 1 and not group._waiters
 
     work = _Work(after=None)  # never completes: a peer died, this rank is not its neighbour
     group = _bare_group(work)
@@ -633,5 +638,30 @@ def test_a_slow_collective_switches_to_the_abortable_wait():
     start = time.monotonic()
     with pytest.raises(PeerFailure, match="aborted, generation 1 was replaced"):
         group._allreduce_owned(torch.ones(1))
-    assert time.monotonic() - start < slow + 0.4  # released by the news, not by the 0.5 s poll
+    assert time.monotonic() - start < 0.45  # released by the news (at 0.1 s), not by the poll (at 0.52 s)
     assert not group._waiters
+
+
+def test_the_rebuild_engine_never_destroys_an_abandoned_group():
+    """An abandoned group outlives every Python reference to it, even the module list that
+    interpreter shutdown clears: destroying it with a collective pending on a dead peer blocks
+    until its timeout, or aborts the process when the garbage collector runs on a gloo thread."""
+    import datetime
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from ptc.distributed import ft_group
+
+    timeout = datetime.timedelta(seconds=10)
+    engine = ft_group._RebuildEngine(dist.HashStore(), 0, timeout)
+    first = engine.connect(1, 0, 1, [], timeout)
+    alive = weakref.ref(first)
+    second = engine.connect(2, 0, 1, [], timeout)
+    assert engine.pg is second and any(pg is first for pg in ft_group._ABANDONED)
+    ft_group._ABANDONED[:] = [pg for pg in ft_group._ABANDONED if pg is not first]  # what shutdown does
+    del first, engine
+    gc.collect()
+    assert alive() is not None
+    second.allreduce([torch.ones(1)]).wait()  # the new generation's group works
