@@ -69,6 +69,7 @@ GROW_GRACE_S = 0.25
 # 4 gloo workers on 2 cores).  A rank not adjacent to a dead peer is released by the abort
 # broadcast at most this much later than it would be otherwise (usually not at all: the
 # broadcast comes after detection, 20-30 ms after a crash here, by when the wait has switched).
+# Never 0: c10d reads a zero timeout as "no timeout" (kNoTimeout) and would wait forever.
 FAST_WAIT = datetime.timedelta(milliseconds=20)
 
 
