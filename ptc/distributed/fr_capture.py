@@ -61,6 +61,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import torch
 
 from ptc import _compat
+from ptc.distributed.fr_ops import kind_name
 from ptc.errors import FeatureUnavailable, PtcValueError
 
 __all__ = ["MECHANISMS", "Calls", "attach", "resolve_mechanism", "wait_wrapped", "watched_works", "wrapper_installed"]
@@ -190,7 +191,7 @@ def _learn_kind_names(kind: Any) -> str:
     """The name of hook kind ``kind``, after filling the table from its enum's members."""
     members = getattr(type(kind), "__members__", None) or {}
     _HOOK_KIND_NAMES.update({member.value: name for name, member in members.items()})
-    return _HOOK_KIND_NAMES.get(kind.value) or str(kind).rsplit(".", 1)[-1]
+    return _HOOK_KIND_NAMES.get(kind.value) or kind_name(kind)
 
 
 class _HookAttachment:
