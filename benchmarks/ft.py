@@ -580,14 +580,17 @@ def main() -> int:
         results["overhead"] = ov
         print(f"\nsteady state, {world} workers, sleep 0, {steps} steps, median step time of worker 0 "
               f"(median over {rounds} interleaved runs; overhead: median of the per-round ratios), engine {engines[0]}")  # fmt: skip
+        def against_plain(name: str, r: Dict[str, Any], key: str) -> str:
+            pct = r[f"{key}overhead_pct"]
+            if pct is None or name.startswith("plain"):
+                return ""
+            return f"   {pct:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r[f'{key}overhead_pct_per_round'])})"
+
         for name, r in ov.items():
-            pct = "" if r["overhead_pct"] is None or name.startswith("plain") else \
-                f"   {r['overhead_pct']:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r['overhead_pct_per_round'])})"
             runs = ", ".join(f"{v:.2f}" if v is not None else "-" for v in r["median_ms_per_run"])
-            print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){pct}")
-            cpu_pct = "" if r["cpu_overhead_pct"] is None or name.startswith("plain") else \
-                f"   {r['cpu_overhead_pct']:+.1f} % (per round: {', '.join(f'{x:+.1f}' for x in r['cpu_overhead_pct_per_round'])})"
-            print(f"  {'':24} {r['cpu_ms'] or float('nan'):7.2f} ms CPU per step (worker 0's process, every thread){cpu_pct}")
+            print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){against_plain(name, r, '')}")
+            print(f"  {'':24} {r['cpu_ms'] or float('nan'):7.2f} ms CPU per step (worker 0's process, every thread)"
+                  f"{against_plain(name, r, 'cpu_')}")
 
     if "torchft" not in skip and not torchft_error:
         try:

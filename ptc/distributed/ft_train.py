@@ -279,27 +279,18 @@ class Trainer:
         # the hook's state refers to the trainer weakly: a strong reference would make a cycle
         # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
         # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
-        ddp.register_comm_hook(_HookState(weakref.ref(self)), _ft_comm_hook)
+        ddp.register_comm_hook(weakref.ref(self), _ft_comm_hook)
         self._local_pg = local
         return ddp
 
 
-class _HookState:
-    """What DDP holds for ptc's comm hook: a weak reference to the trainer."""
-
-    __slots__ = ("trainer",)
-
-    def __init__(self, trainer: "weakref.ref[Trainer]") -> None:
-        self.trainer = trainer
-
-
-def _ft_comm_hook(state, bucket):  # no annotations: DDP checks them against its own types
+def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them against its own types
     """DDP communication hook: each bucket is averaged over the fault-tolerant
     group; the last bucket carries the vote.  After a failure the remaining
     buckets keep their local gradients (the step will not be committed)."""
     buffer = bucket.buffer()
     future: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
-    trainer = state.trainer()
+    trainer = trainer_ref()  # DDP's hook state: a weak reference to the Trainer
     if trainer is None:  # the Trainer is gone: nothing will commit this step
         future.set_result(buffer)
         return future
