@@ -14,9 +14,9 @@ collective may raise PeerFailure::
     while True:
         if needs_sync: sync_state()          # after every generation change
         optimizer.zero_grad(); compute(info)  # local forward + backward
-        flat = [*grads, vote=1, join_pending, step]
+        flat = [*grads, vote=1, join_pending, *digits(step)]  # in the gradients' own dtype
         allreduce(flat)                       # one collective carries gradients and the vote
-        if sum(vote) == size and sum(step) == size * step:  # every member contributed to this very step
+        if sum(vote) == size and sum(digits) == size * digits(step):  # every member contributed to this very step
             grads = flat_grads / size; optimizer.step(); step += 1
         if sum(join_pending): grow()          # every member saw the same sum: same step boundary
         return
@@ -37,6 +37,12 @@ member and takes the group's state, even if it had applied a step the others
 abandoned.  Afterwards the state checksums are compared again: they must be
 equal on every member (checked, :class:`StateDivergence` otherwise).
 
+The gradients travel in their own dtype, as with DDP (complex ones as their
+real view; a model mixing dtypes is sent as float64), and the vote travels
+with them in that dtype: its sums are small integers, exact in any float
+dtype, and the step is split into digits small enough that ``size`` of them
+add up exactly (see :func:`vote_flags`).
+
 With ``ddp=True`` the model is wrapped in torch's ``DistributedDataParallel``
 on a process-local group, with a communication hook that runs each gradient
 bucket's allreduce on the fault-tolerant group (the last bucket carries the
@@ -46,17 +52,19 @@ local gradients and the step is not committed, so backward never fails.
 
 from __future__ import annotations
 
+import functools
 import io
+import math
 import time
 import weakref
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 
 from ptc.distributed.ft_group import FaultTolerantGroup, Fenced
-from ptc.errors import PeerFailure, PtcError, PtcTypeError
+from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 
 class StateDivergence(PtcError, RuntimeError):
@@ -81,6 +89,63 @@ def state_checksum(tensors: List[torch.Tensor], step: int) -> int:
         t = t.detach().contiguous().cpu()
         crc = zlib.crc32(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", crc)
     return crc
+
+
+def _as_real(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or its real view (a trailing dimension of 2) if it is complex."""
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+@functools.lru_cache(maxsize=None)
+def _digit_bits(dtype: torch.dtype, size: int) -> int:
+    """Bits per step digit: ``size`` digits below ``2**bits`` sum exactly in ``dtype`` (whose
+    significand, implicit bit included, holds every integer up to ``2**exact``)."""
+    exact = round(-math.log2(torch.finfo(dtype).eps)) + 1
+    return exact - size.bit_length()
+
+
+def wire_dtype(dtypes: Set[torch.dtype], size: int) -> torch.dtype:
+    """The dtype a step's allreduce carries gradients of ``dtypes`` in, among ``size`` members.
+
+    Their own dtype when there is one (what DDP sends: float32 gradients are not
+    doubled on the wire), float64 when they mix dtypes or when the dtype is too
+    narrow to sum the vote exactly (bfloat16 past 127 members, float16 past 1023).
+    """
+    if len(dtypes) == 1:
+        (dtype,) = dtypes
+        if dtype.is_floating_point and _digit_bits(dtype, size) >= 1:
+            return dtype
+    return torch.float64
+
+
+def _step_digits(step: int, size: int, dtype: torch.dtype) -> List[int]:
+    bits = _digit_bits(dtype, size)
+    if bits < 1:
+        raise PtcValueError(f"dtype {dtype} cannot carry the vote of {size} members exactly (use wire_dtype)")
+    mask = (1 << bits) - 1
+    return [(step >> (bits * i)) & mask for i in range(-(-63 // bits))]
+
+
+def vote_flags(step: int, join_pending: bool, size: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[1, join_pending, *digits]`` in ``dtype``: this member's vote, its join flag and its step.
+
+    The step (at most 63 bits) is written in base ``2**b`` with the largest ``b``
+    for which ``size`` digits add up exactly in ``dtype`` (float64: 2 digits,
+    float32: 3, bfloat16 with 4 members: 13), lowest digit first, so that the
+    allreduce's sums are exact integers whatever the order of the additions.
+    """
+    digits = _step_digits(step, size, dtype)
+    return torch.tensor([1.0, 1.0 if join_pending else 0.0, *digits], dtype=dtype)
+
+
+def read_vote(total: torch.Tensor, size: int, step: int) -> Tuple[int, int, bool]:
+    """From the summed flags of :func:`vote_flags`: (votes, join flags, every member voted ``step``).
+
+    Equivalent to ``sum(steps) == size * step``, digit by digit: equal steps always pass.
+    """
+    values = [int(v) for v in total.tolist()]
+    same_step = all(v == size * d for v, d in zip(values[2:], _step_digits(step, size, total.dtype)))
+    return values[0], values[1], same_step
 
 
 class Trainer:
@@ -109,7 +174,8 @@ class Trainer:
         self.syncs: List[Dict[str, Any]] = []
         self._needs_sync = True
         self._params = [p for p in model.parameters() if p.requires_grad]
-        self._numels = [p.numel() for p in self._params]
+        self._numels = [_as_real(p).numel() for p in self._params]
+        self._dtypes = {_as_real(p).dtype for p in self._params}
         self._hook_failure: Optional[BaseException] = None
         self._hook_flags: Optional[torch.Tensor] = None
         self.model: torch.nn.Module = self._wrap_ddp(model) if ddp else model
@@ -229,24 +295,28 @@ class Trainer:
         ft.fault_point("step", self.step, ft.rank)
         compute(info)
         if self.model is self.module:
-            grads = [p.grad.reshape(-1).to(torch.float64) for p in self._params]
-            flat = torch.cat(grads + [self._vote()])
+            wire = wire_dtype(self._dtypes, ft.size)
+            grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
+            flags = self._vote(wire)
+            flat = torch.cat(grads + [flags])
             ft._allreduce_owned(flat)
             # the mean, divided once over the flat buffer (the same IEEE division as p.grad / size), then
             # copied back: a few torch calls per step instead of four per parameter (each costs
             # microseconds of Python on a loaded CPU)
-            means = flat[:-3].div_(ft.size).split(self._numels)
+            k = flags.numel()
+            means = flat[:-k].div_(ft.size).split(self._numels)
             for p, mean in zip(self._params, means):
-                p.grad.copy_(mean.view_as(p.grad))
-            total = flat[-3:]
+                grad = _as_real(p.grad)
+                grad.copy_(mean.view_as(grad))
+            total = flat[-k:]
         else:
             if self._hook_failure is not None:
                 raise self._hook_failure
             if self._hook_flags is None:
                 raise PtcError("ddp=True: the gradient hook did not run for the last bucket (no parameter got a gradient?)")
             total = self._hook_flags
-        votes, join, steps = total.tolist()
-        committed = votes == ft.size and steps == ft.size * self.step
+        votes, join, same_step = read_vote(total, ft.size, self.step)
+        committed = votes == ft.size and same_step
         if committed:
             self.optimizer.step()
             self.history.append((self.step, gen.number, tuple(gen.members)))
@@ -260,9 +330,9 @@ class Trainer:
             self._needs_sync = True
         return committed
 
-    def _vote(self) -> torch.Tensor:
-        """What this member adds to the step's allreduce after its gradients: [vote, join pending, step]."""
-        return torch.tensor([1.0, 1.0 if self.group.join_pending else 0.0, float(self.step)], dtype=torch.float64)
+    def _vote(self, dtype: torch.dtype) -> torch.Tensor:
+        """What this member adds to the step's allreduce after its gradients (see :func:`vote_flags`)."""
+        return vote_flags(self.step, self.group.join_pending, self.group.size, dtype)
 
     # --- DDP -------------------------------------------------------------------
 
@@ -297,9 +367,10 @@ def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them again
     ft = trainer.group
     if trainer._hook_failure is None:
         last = bucket.is_last()
-        parts = [buffer.to(torch.float64)]
+        wire = wire_dtype({buffer.dtype}, ft.size)
+        parts = [buffer.to(wire)]
         if last:
-            parts.append(trainer._vote())
+            parts.append(trainer._vote(wire))
         flat = torch.cat(parts)
         try:
             ft._allreduce_owned(flat)

@@ -8,6 +8,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ptc import _compat
 from ptc.distributed import ft_faults as F
@@ -19,7 +21,7 @@ from ptc.distributed.ft_group import (
     MembershipRefused,
     init_fault_tolerant,
 )
-from ptc.distributed.ft_train import StateDivergence, Trainer, state_checksum
+from ptc.distributed.ft_train import StateDivergence, Trainer, read_vote, state_checksum, vote_flags, wire_dtype
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 
@@ -665,3 +667,100 @@ def test_the_rebuild_engine_never_destroys_an_abandoned_group():
     gc.collect()
     assert alive() is not None
     second.allreduce([torch.ones(1)]).wait()  # the new generation's group works
+
+
+# --- the vote in the gradients' dtype ------------------------------------------------------
+
+_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(_DTYPES), size=st.integers(1, 127), data=st.data())
+def test_the_vote_sums_exactly_in_the_wire_dtype_in_any_order(dtype, size, data):
+    """Summed in ``dtype`` in any order, the flags are the exact integer sums; equal steps pass,
+    and one member at another step fails on every member."""
+    assert wire_dtype({dtype}, size) == dtype  # bfloat16 carries up to 127 members
+    base = data.draw(st.integers(0, 2**63 - 1))
+    odd = data.draw(st.none() | st.integers(0, 2**63 - 1).filter(lambda s: s != base)) if size > 1 else None
+    steps = [base] * size if odd is None else [base] * (size - 1) + [odd]
+    joins = data.draw(st.lists(st.booleans(), min_size=size, max_size=size))
+    flags = [vote_flags(s, j, size, dtype) for s, j in zip(steps, joins)]
+    total = torch.zeros_like(flags[0])
+    for i in data.draw(st.permutations(range(size))):
+        total += flags[i]
+    exact = [sum(int(v) for v in column) for column in zip(*(f.tolist() for f in flags))]
+    assert [int(v) for v in total.tolist()] == exact
+    for s in set(steps):
+        assert read_vote(total, size, s) == (size, sum(joins), odd is None)
+
+
+def test_the_wire_dtype_is_the_gradients_own_where_it_can_carry_the_vote():
+    assert wire_dtype({torch.float32}, 4) == torch.float32
+    assert wire_dtype({torch.bfloat16}, 128) == torch.float64  # too narrow to sum 128 votes exactly
+    assert wire_dtype({torch.float16}, 1023) == torch.float16 and wire_dtype({torch.float16}, 1024) == torch.float64
+    assert wire_dtype({torch.float32, torch.float64}, 2) == torch.float64  # one flat buffer, one dtype
+    with pytest.raises(PtcValueError, match="cannot carry the vote of 128 members"):
+        vote_flags(0, False, 128, torch.bfloat16)
+
+
+def _train_two(coordinator, make, ddp=False, steps=2):
+    """Two members train ``make()`` on different batches; returns (trainers, dtypes on the wire, batches)."""
+    groups = _groups(coordinator, 2)
+    wires = []
+    for g in groups:
+        send = g._allreduce_owned
+        g._allreduce_owned = lambda flat, send=send: (wires.append((flat.dtype, flat.numel())), send(flat))[1]
+    try:
+        trainers = []
+        for g in groups:
+            torch.manual_seed(0)
+            model = make()
+            trainers.append(Trainer(g, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=ddp))
+        dtype = next(make().parameters()).dtype
+        batches = [torch.randn(6, 3, generator=torch.Generator().manual_seed(i), dtype=dtype) for i in range(2 * steps)]
+
+        def run(t):
+            for _ in range(steps):
+                t.run_step(lambda info: t.model(batches[2 * info.step + info.rank]).abs().pow(2).mean().backward())
+
+        _each(trainers, run)
+        return trainers, wires[2:], batches  # the first two are the state sync's
+    finally:
+        for g in groups:
+            g.close()
+
+
+def _replay_two(make, batches, steps=2):
+    """The same two members' steps in one process: the mean of their gradients, in the model's dtype."""
+    torch.manual_seed(0)
+    model = make()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        grads = []
+        for rank in range(2):
+            model.zero_grad()
+            model(batches[2 * step + rank]).abs().pow(2).mean().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for p, a, b in zip(model.parameters(), *grads):
+            p.grad = (a + b) / 2
+        optimizer.step()
+    return model
+
+
+@pytest.mark.parametrize(
+    "dtype, ddp",
+    [(torch.float32, False), (torch.float32, True), (torch.complex64, False), (torch.bfloat16, False)],
+)
+def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordinator, dtype, ddp):
+    """float32 gradients are not doubled to float64 on the wire; complex ones keep their imaginary part."""
+    make = lambda: torch.nn.Linear(3, 2, dtype=dtype)  # noqa: E731
+    trainers, wires, batches = _train_two(coordinator, make, ddp=ddp)
+    real = torch.float32 if dtype == torch.complex64 else dtype
+    numel = sum(torch.view_as_real(p).numel() if p.is_complex() else p.numel() for p in make().parameters())
+    flags = vote_flags(0, False, 2, real).numel()
+    assert wires and all(w == (real, numel + flags) for w in wires), wires
+    expected = _replay_two(make, batches)
+    for t in trainers:
+        assert t.step == 2
+        for p, e in zip(t.module.parameters(), expected.parameters()):
+            assert torch.equal(p, e), (p, e)
