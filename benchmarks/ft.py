@@ -21,6 +21,10 @@ before the signal):
 * steady-state step time (sleep 0, N workers) against plain torch DDP on
   gloo (``benchmarks/ft_torchrun_worker.py`` started with the same number
   of processes), runs interleaved, median step time of worker 0;
+* the same three inside the same processes (``benchmarks/ft_paired_worker.py``):
+  alternating blocks of steps, each compared with the plain-DDP block beside
+  it, for ft_example's MLP and for a float32 model of 1.6M parameters (where
+  the gradients' bytes count); much steadier than separate jobs on 2 cores;
 * how kill-to-resume and rejoin grow with the world size;
 * torchrun ``--max-restarts 1`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
   and a checkpoint every 20 steps: kill -> first step after the restart,
@@ -322,6 +326,36 @@ def overhead(world: int, steps: int, rounds: int, engine: str) -> Dict[str, Any]
     return result
 
 
+def paired_overhead(world: int, blocks: int, block_steps: int, engine: str, model: str = "mlp",
+                    timeout: float = 600.0) -> Dict[str, Any]:
+    """Plain DDP, the Trainer and ``ddp=True`` in alternating blocks inside the same worker processes
+    (``benchmarks/ft_paired_worker.py``); per variant the median over blocks of its ratio to the
+    plain-DDP block next to it, with the middle half of those ratios (interquartile range)."""
+    out = Path(tempfile.mkdtemp(prefix="ptc-ft-paired-"))
+    command = [sys.executable, str(ROOT / "benchmarks" / "ft_paired_worker.py"), "--plain-port", str(_free_port()),
+               "--blocks", str(blocks), "--block-steps", str(block_steps), "--engine", engine, "--model", model,
+               "--out", str(out / "blocks.json")]  # fmt: skip
+    job = LocalJob(lambda worker: command, world, heartbeat_timeout=5.0, log_dir=out / "logs",
+                   env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})  # fmt: skip
+    job.run(timeout=timeout)
+    path = out / "blocks.json"
+    if not path.exists():
+        return {"error": f"no result (worker logs in {out / 'logs'})"}
+    data = json.loads(path.read_text())
+    rows = data["blocks"]
+    result: Dict[str, Any] = {"blocks": len(rows), "block_steps": block_steps, "generation": data["generation"]}
+    for name in ("plain", "trainer", "ddp"):
+        r = result[name] = {}
+        for key in ("wall_ms", "cpu_ms"):
+            r[key] = statistics.median(row[name][key] for row in rows)
+            if name != "plain":
+                ratios = sorted(row[name][key] / row["plain"][key] - 1 for row in rows)
+                q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else ratios * 3
+                r[f"{key}_overhead_pct"] = round(statistics.median(ratios) * 100, 1)
+                r[f"{key}_overhead_iqr_pct"] = [round(q[0] * 100, 1), round(q[-1] * 100, 1)]
+    return result
+
+
 # --- torchft 0.2.0 ------------------------------------------------------------------------
 
 TORCHFT_SCENARIOS = ("kill between steps", "kill in allreduce")
@@ -494,7 +528,8 @@ def main() -> int:
     parser.add_argument("--engines", default=None, help="default: native,rebuild where native exists, else rebuild")
     parser.add_argument("--all-scenarios", action="store_true", help="every scenario with the second engine too")
     parser.add_argument("--overhead-rounds", type=int, default=None, help="interleaved rounds of the overhead runs (default 2; --quick 1)")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,torchrun,overhead,torchft")
+    parser.add_argument("--paired-blocks", type=int, default=None, help="blocks per variant of the paired overhead runs (default 20; --quick 6)")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,torchrun,overhead,paired,torchft")
     args = parser.parse_args()
     reps = min(4, args.reps or (2 if args.quick else 4))
     sizes = [int(s) for s in (args.sizes or ("4" if args.quick else "4,8")).split(",")]
@@ -591,6 +626,28 @@ def main() -> int:
             print(f"  {name:24} {r['median_ms'] or float('nan'):7.2f} ms   (runs: {runs}){against_plain(name, r, '')}")
             print(f"  {'':24} {r['cpu_ms'] or float('nan'):7.2f} ms CPU per step (worker 0's process, every thread)"
                   f"{against_plain(name, r, 'cpu_')}")
+
+    if "paired" not in skip:
+        world = 4
+        blocks = args.paired_blocks or (6 if args.quick else 20)
+        print(f"\nsteady state, {world} workers, plain DDP / Trainer / ddp=True in alternating blocks inside the same "
+              f"processes ({blocks} blocks; overhead: median of the per-block ratios to the plain-DDP block, "
+              f"[interquartile range]), engine {engines[0]}")  # fmt: skip
+        results["paired"] = {}
+        for model, block_steps, label in (("mlp", 40, "ft_example's MLP, float64, 577 parameters"),
+                                          ("wide", 4, "float32 MLP, 1.6M parameters (6.3 MB of gradients)")):  # fmt: skip
+            pr = results["paired"][model] = paired_overhead(world, blocks, block_steps, engines[0], model)
+            print(f"  {label}, {block_steps} steps per block")
+            if "error" in pr:
+                print(f"    {pr['error']}")
+                continue
+            for name, title in (("plain", "plain DDP (gloo)"), ("trainer", "ptc Trainer"), ("ddp", "ptc Trainer, ddp=True")):
+                r = pr[name]
+                line = f"    {title:24} {r['wall_ms']:8.2f} ms  {r['cpu_ms']:7.2f} ms CPU"
+                if name != "plain":
+                    line += (f"   wall {r['wall_ms_overhead_pct']:+.1f} % {r['wall_ms_overhead_iqr_pct']}"
+                             f"   CPU {r['cpu_ms_overhead_pct']:+.1f} % {r['cpu_ms_overhead_iqr_pct']}")  # fmt: skip
+                print(line, flush=True)
 
     if "torchft" not in skip and not torchft_error:
         try:
