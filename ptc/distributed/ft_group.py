@@ -630,6 +630,11 @@ class FaultTolerantGroup:
     # --- collectives -------------------------------------------------------------
 
     def _run(self, what: str, issue: Callable[[Any], Any], group: Optional[Subgroup] = None) -> None:
+        gen, work = self._issue(what, issue, group)
+        self._await(what, gen, work)
+
+    def _issue(self, what: str, issue: Callable[[Any], Any], group: Optional[Subgroup] = None) -> Tuple[Generation, Any]:
+        """Start a collective on this generation's group: ``(generation, work)`` for :meth:`_await`."""
         gen = self._current()
         if self.stale():
             raise self._failure(f"{what}: generation {gen.number} was aborted")
@@ -643,6 +648,10 @@ class FaultTolerantGroup:
         if self.faults is not None:
             self.faults.collectives += 1
             self.fault_point("collective", self.faults.collectives, gen.rank_of(self.worker_id))
+        return gen, work
+
+    def _await(self, what: str, gen: Generation, work: Any) -> None:
+        """Wait for a collective :meth:`_issue` started; raises PeerFailure (or Fenced)."""
         try:
             work.wait(FAST_WAIT)
             return
@@ -718,6 +727,10 @@ class FaultTolerantGroup:
     def _allreduce_owned(self, buffer: torch.Tensor) -> None:
         """Sum-allreduce a buffer nobody else will touch (no copies)."""
         self._run("allreduce", lambda pg: pg.allreduce([buffer]))
+
+    def _allreduce_owned_start(self, buffer: torch.Tensor) -> Tuple[Generation, Any]:
+        """:meth:`_allreduce_owned` without the wait: pass the result to :meth:`_await`."""
+        return self._issue("allreduce", lambda pg: pg.allreduce([buffer]))
 
     def broadcast(self, tensor: torch.Tensor, src: int, *, group: Optional[Subgroup] = None) -> torch.Tensor:
         """In place: every member's ``tensor`` becomes rank ``src``'s."""

@@ -48,6 +48,12 @@ on a process-local group, with a communication hook that runs each gradient
 bucket's allreduce on the fault-tolerant group (the last bucket carries the
 vote); a crash inside the gradient allreduce makes the hook return the
 local gradients and the step is not committed, so backward never fails.
+Each bucket's allreduce starts as soon as DDP hands it over, overlapping the
+rest of backward as with DDP's own hook.  The gradients are views of DDP's
+buckets (``gradient_as_bucket_view=True``, which spares DDP two copies of
+every gradient per step); ``ddp_options`` are passed on to
+``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``,
+or ``gradient_as_bucket_view=False``; not ``process_group``).
 """
 
 from __future__ import annotations
@@ -158,7 +164,8 @@ class Trainer:
     """
 
     def __init__(self, group: FaultTolerantGroup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                 ddp: bool = False, report_steps: bool = False) -> None:  # fmt: skip
+                 ddp: bool = False, ddp_options: Optional[Dict[str, Any]] = None,
+                 report_steps: bool = False) -> None:  # fmt: skip
         if not isinstance(group, FaultTolerantGroup):
             raise PtcTypeError(f"group: expected a FaultTolerantGroup, got {type(group).__name__}")
         if not isinstance(model, torch.nn.Module):
@@ -178,7 +185,13 @@ class Trainer:
         self._dtypes = {_as_real(p).dtype for p in self._params}
         self._hook_failure: Optional[BaseException] = None
         self._hook_flags: Optional[torch.Tensor] = None
-        self.model: torch.nn.Module = self._wrap_ddp(model) if ddp else model
+        self._wire_buffers: Dict[Any, torch.Tensor] = {}
+        self._hook_pending: List[tuple] = []  # buckets whose allreduce started, waited by the last one's hook
+        if ddp_options is not None and not ddp:
+            raise PtcValueError("ddp_options: given without ddp=True")
+        if "process_group" in (ddp_options or {}):
+            raise PtcValueError("ddp_options: process_group is the Trainer's own (a process-local one; see ddp=True)")
+        self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}) if ddp else model
 
     # --- state ---------------------------------------------------------------
 
@@ -292,22 +305,23 @@ class Trainer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         self._hook_failure, self._hook_flags = None, None
+        if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
+            self._hook_failure = PtcError("backward stopped before its last gradient bucket")
+            self._hook_finish()
+            self._hook_failure = None
         ft.fault_point("step", self.step, ft.rank)
         compute(info)
         if self.model is self.module:
             wire = wire_dtype(self._dtypes, ft.size)
             grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
             flags = self._vote(wire)
-            flat = torch.cat(grads + [flags])
-            ft._allreduce_owned(flat)
-            # the mean, divided once over the flat buffer (the same IEEE division as p.grad / size), then
-            # copied back: a few torch calls per step instead of four per parameter (each costs
-            # microseconds of Python on a loaded CPU)
+            flat = self._allreduce_parts("trainer", grads + [flags])
+            # the mean, divided straight into each gradient (the same IEEE division as p.grad / size):
+            # one pass over the gradients' bytes, one torch call per parameter
             k = flags.numel()
-            means = flat[:-k].div_(ft.size).split(self._numels)
-            for p, mean in zip(self._params, means):
+            for p, summed in zip(self._params, flat[:-k].split(self._numels)):
                 grad = _as_real(p.grad)
-                grad.copy_(mean.view_as(grad))
+                torch.div(summed.view_as(grad), ft.size, out=grad)
             total = flat[-k:]
         else:
             if self._hook_failure is not None:
@@ -330,13 +344,70 @@ class Trainer:
             self._needs_sync = True
         return committed
 
+    def _allreduce_parts(self, key: Any, parts: List[torch.Tensor]) -> torch.Tensor:
+        """The sum over the group of ``torch.cat(parts)`` (1-d, one dtype), in a buffer of the Trainer's own.
+
+        The buffer is used again by the next call with the same ``key`` (a fresh multi-megabyte
+        buffer per step costs page faults), but only after a collective on it completed: one that
+        failed may still be written by its abandoned collective, so it is dropped (its Work keeps it
+        alive) and never handed out again.
+        """
+        numel = sum(part.numel() for part in parts)
+        buffer = self._wire_buffers.pop(key, None)
+        if buffer is None or buffer.numel() != numel or buffer.dtype != parts[0].dtype:
+            buffer = torch.empty(numel, dtype=parts[0].dtype)
+        torch.cat(parts, out=buffer)
+        self.group._allreduce_owned(buffer)
+        self._wire_buffers[key] = buffer
+        return buffer
+
+    def _hook_start(self, index: int, buffer: torch.Tensor, future: Any, last: bool) -> None:
+        """Start bucket ``index``'s allreduce in a buffer of the Trainer's own (see :meth:`_allreduce_parts`)."""
+        ft = self.group
+        wire = wire_dtype({buffer.dtype}, ft.size)
+        parts = [buffer.to(wire)]
+        if last:
+            parts.append(self._vote(wire))
+        key = ("bucket", index)
+        numel = sum(part.numel() for part in parts)
+        flat = self._wire_buffers.pop(key, None)
+        if flat is None or flat.numel() != numel or flat.dtype != wire:
+            flat = torch.empty(numel, dtype=wire)
+        torch.cat(parts, out=flat)
+        try:
+            gen, work = ft._allreduce_owned_start(flat)
+        except (PeerFailure, Fenced) as failure:
+            self._hook_failure = failure
+            future.set_result(buffer)
+            return
+        self._hook_pending.append((gen, work, key, flat, buffer, future, last))
+
+    def _hook_finish(self) -> None:
+        """Wait for the started buckets in order; average each into its bucket and complete its
+        future (after a failure: complete them with the local gradients)."""
+        ft = self.group
+        pending, self._hook_pending = self._hook_pending, []
+        for gen, work, key, flat, buffer, future, last in pending:
+            try:
+                if self._hook_failure is None:
+                    ft._await("allreduce", gen, work)
+                    n = buffer.numel()
+                    torch.div(flat[:n], ft.size, out=buffer)  # the mean, in one pass over the bucket
+                    self._wire_buffers[key] = flat  # completed: safe to use again
+                    if last:
+                        self._hook_flags = flat[n:]  # read before the next step reuses the buffer
+            except (PeerFailure, Fenced) as failure:
+                self._hook_failure = failure
+            finally:
+                future.set_result(buffer)
+
     def _vote(self, dtype: torch.dtype) -> torch.Tensor:
         """What this member adds to the step's allreduce after its gradients (see :func:`vote_flags`)."""
         return vote_flags(self.step, self.group.join_pending, self.group.size, dtype)
 
     # --- DDP -------------------------------------------------------------------
 
-    def _wrap_ddp(self, model: torch.nn.Module) -> torch.nn.Module:
+    def _wrap_ddp(self, model: torch.nn.Module, options: Dict[str, Any]) -> torch.nn.Module:
         from torch.distributed import HashStore
         from torch.nn.parallel import DistributedDataParallel
 
@@ -345,7 +416,9 @@ class Trainer:
         import datetime
 
         local = _compat.gloo_process_group(HashStore(), 0, 1, datetime.timedelta(seconds=60))
-        ddp = DistributedDataParallel(model, process_group=local)
+        # gradients as views of DDP's buckets: DDP copies no gradient into a bucket and back (the
+        # hook's own buffer already keeps an abandoned collective away from them)
+        ddp = DistributedDataParallel(model, process_group=local, **{"gradient_as_bucket_view": True, **options})
         # the hook's state refers to the trainer weakly: a strong reference would make a cycle
         # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
         # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
@@ -357,29 +430,26 @@ class Trainer:
 def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them against its own types
     """DDP communication hook: each bucket is averaged over the fault-tolerant
     group; the last bucket carries the vote.  After a failure the remaining
-    buckets keep their local gradients (the step will not be committed)."""
+    buckets keep their local gradients (the step will not be committed).
+
+    Each bucket's allreduce starts when DDP hands the bucket over, so backward
+    goes on computing (and the backend may run several buckets at once); the
+    last bucket's hook waits for them all, in order, and completes every
+    bucket's future.  DDP reduces buckets in index order, so the last one's
+    hook comes after every other."""
     buffer = bucket.buffer()
     future: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
     trainer = trainer_ref()  # DDP's hook state: a weak reference to the Trainer
     if trainer is None:  # the Trainer is gone: nothing will commit this step
         future.set_result(buffer)
         return future
-    ft = trainer.group
-    if trainer._hook_failure is None:
-        last = bucket.is_last()
-        wire = wire_dtype({buffer.dtype}, ft.size)
-        parts = [buffer.to(wire)]
-        if last:
-            parts.append(trainer._vote(wire))
-        flat = torch.cat(parts)
-        try:
-            ft._allreduce_owned(flat)
-        except (PeerFailure, Fenced) as failure:
-            trainer._hook_failure = failure
+    last = bucket.is_last()
+    try:
+        if trainer._hook_failure is None:
+            trainer._hook_start(bucket.index(), buffer, future, last)
         else:
-            n = buffer.numel()
-            buffer.copy_(flat[:n].div_(ft.size))  # the same IEEE division as flat / size, in place
-            if last:
-                trainer._hook_flags = flat[n:]  # flat is this call's own buffer
-    future.set_result(buffer)
+            future.set_result(buffer)
+    finally:
+        if last:
+            trainer._hook_finish()
     return future

@@ -703,19 +703,37 @@ def test_the_wire_dtype_is_the_gradients_own_where_it_can_carry_the_vote():
         vote_flags(0, False, 128, torch.bfloat16)
 
 
-def _train_two(coordinator, make, ddp=False, steps=2):
-    """Two members train ``make()`` on different batches; returns (trainers, dtypes on the wire, batches)."""
+def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None):
+    """Two members train ``make()`` on different batches; returns (trainers, (dtype, numel) of every
+    gradient allreduce, batches)."""
     groups = _groups(coordinator, 2)
-    wires = []
+    wires, order = [], {}  # order: per worker, the DDP hook's starts and waits
+    started = set()  # the works the DDP hook started
     for g in groups:
-        send = g._allreduce_owned
-        g._allreduce_owned = lambda flat, send=send: (wires.append((flat.dtype, flat.numel())), send(flat))[1]
+        for name in ("_allreduce_owned", "_allreduce_owned_start"):  # the Trainer's, the DDP hook's
+            send = getattr(g, name)
+            setattr(g, name, lambda flat, send=send: (wires.append((flat.dtype, flat.numel())), send(flat))[1])
+        start, wait, events = g._allreduce_owned_start, g._await, order.setdefault(g.worker_id, [])
+
+        def _start(flat, start=start, events=events):
+            gen, work = start(flat)
+            started.add(id(work))
+            events.append("start")
+            return gen, work
+
+        def _await(what, gen, work, wait=wait, events=events):
+            if id(work) in started:
+                events.append("wait")
+            return wait(what, gen, work)
+
+        g._allreduce_owned_start, g._await = _start, _await
     try:
         trainers = []
         for g in groups:
             torch.manual_seed(0)
             model = make()
-            trainers.append(Trainer(g, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=ddp))
+            trainers.append(Trainer(g, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=ddp,
+                                    ddp_options=ddp_options))  # fmt: skip
         dtype = next(make().parameters()).dtype
         batches = [torch.randn(6, 3, generator=torch.Generator().manual_seed(i), dtype=dtype) for i in range(2 * steps)]
 
@@ -724,7 +742,7 @@ def _train_two(coordinator, make, ddp=False, steps=2):
                 t.run_step(lambda info: t.model(batches[2 * info.step + info.rank]).abs().pow(2).mean().backward())
 
         _each(trainers, run)
-        return trainers, wires[2:], batches  # the first two are the state sync's
+        return trainers, wires, batches, order
     finally:
         for g in groups:
             g.close()
@@ -754,7 +772,7 @@ def _replay_two(make, batches, steps=2):
 def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordinator, dtype, ddp):
     """float32 gradients are not doubled to float64 on the wire; complex ones keep their imaginary part."""
     make = lambda: torch.nn.Linear(3, 2, dtype=dtype)  # noqa: E731
-    trainers, wires, batches = _train_two(coordinator, make, ddp=ddp)
+    trainers, wires, batches, _ = _train_two(coordinator, make, ddp=ddp)
     real = torch.float32 if dtype == torch.complex64 else dtype
     numel = sum(torch.view_as_real(p).numel() if p.is_complex() else p.numel() for p in make().parameters())
     flags = vote_flags(0, False, 2, real).numel()
@@ -764,3 +782,39 @@ def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordi
         assert t.step == 2
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e), (p, e)
+
+
+def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
+    """Several DDP buckets: each one's allreduce starts when DDP hands it over, the last one's hook
+    waits for them all; every bucket is averaged and the vote rides only with the last."""
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 2))  # fmt: skip
+
+    trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3,
+                                                 ddp_options={"bucket_cap_mb": 0.005})  # fmt: skip
+    flags = vote_flags(0, False, 2, torch.float32).numel()
+    # step 0 has one bucket; DDP rebuilds its buckets after it: two from step 1 on (per member)
+    assert sorted(n for _, n in wires) == sorted([4546 + flags] * 2 + [4290, 256 + flags] * 4), wires
+    # each member waits for a step's buckets only after starting all of them
+    assert order == {w: ["start", "wait"] + ["start", "start", "wait", "wait"] * 2 for w in (0, 1)}, order
+    expected = _replay_two(make, batches, steps=3)
+    for t in trainers:
+        assert t.step == 3 and not t._hook_pending
+        for p, e in zip(t.module.parameters(), expected.parameters()):
+            assert torch.equal(p, e)
+
+
+def test_ddp_options_are_checked():
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(PtcValueError, match="ddp_options: given without ddp=True"):
+            Trainer(group, model, opt, ddp_options={"bucket_cap_mb": 1})
+        with pytest.raises(PtcValueError, match="process_group is the Trainer's own"):
+            Trainer(group, model, opt, ddp=True, ddp_options={"process_group": None})
+    finally:
+        group.close()
+        c.stop()
