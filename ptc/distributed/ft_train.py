@@ -192,6 +192,15 @@ class Trainer:
         if "process_group" in (ddp_options or {}):
             raise PtcValueError("ddp_options: process_group is the Trainer's own (a process-local one; see ddp=True)")
         self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}) if ddp else model
+        # without DDP, and where the gradients share one dtype: they are views of one flat buffer, so
+        # a step zeroes, sends and averages them with a few torch calls whatever the number of tensors
+        self._grad_flat, self._grad_views = None, []
+        if not ddp and len(self._dtypes) == 1 and self._params:
+            (dtype,) = self._dtypes
+            self._grad_flat = torch.zeros(sum(self._numels), dtype=dtype, device=self._params[0].device)
+            for p, part in zip(self._params, self._grad_flat.split(self._numels)):
+                self._grad_views.append(torch.view_as_complex(part.view(*p.shape, 2)) if p.is_complex()
+                                        else part.view(p.shape))  # fmt: skip
 
     # --- state ---------------------------------------------------------------
 
@@ -300,10 +309,16 @@ class Trainer:
         ft = self.group
         gen = ft._current()
         info = StepInfo(self.step, ft.rank, ft.size, ft.worker_id, gen.number)
-        self.optimizer.zero_grad(set_to_none=False)
-        for p in self._params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        if self._grad_flat is not None:
+            self._grad_flat.zero_()
+            for p, view in zip(self._params, self._grad_views):
+                if p.grad is not view:  # someone replaced it (or set it to None): a view again
+                    p.grad = view
+        else:
+            self.optimizer.zero_grad(set_to_none=False)
+            for p in self._params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
         self._hook_failure, self._hook_flags = None, None
         if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
             self._hook_failure = PtcError("backward stopped before its last gradient bucket")
@@ -313,15 +328,18 @@ class Trainer:
         compute(info)
         if self.model is self.module:
             wire = wire_dtype(self._dtypes, ft.size)
-            grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
             flags = self._vote(wire)
-            flat = self._allreduce_parts("trainer", grads + [flags])
-            # the mean, divided straight into each gradient (the same IEEE division as p.grad / size):
-            # one pass over the gradients' bytes, one torch call per parameter
             k = flags.numel()
-            for p, summed in zip(self._params, flat[:-k].split(self._numels)):
-                grad = _as_real(p.grad)
-                torch.div(summed.view_as(grad), ft.size, out=grad)
+            if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
+                flat = self._allreduce_parts("trainer", [self._grad_flat.to(wire), flags])
+                # the mean, divided straight into the gradients (the same IEEE division as p.grad / size)
+                torch.div(flat[:-k], ft.size, out=self._grad_flat)
+            else:  # mixed dtypes, or compute() replaced a gradient: one torch call per parameter
+                grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
+                flat = self._allreduce_parts("trainer", grads + [flags])
+                for p, summed in zip(self._params, flat[:-k].split(self._numels)):
+                    grad = _as_real(p.grad)
+                    torch.div(summed.view_as(grad), ft.size, out=grad)
             total = flat[-k:]
         else:
             if self._hook_failure is not None:

@@ -818,3 +818,37 @@ def test_ddp_options_are_checked():
     finally:
         group.close()
         c.stop()
+
+
+class _Mixed(torch.nn.Module):
+    """float32 and float64 parameters: the Trainer sends them as one float64 buffer."""
+
+    def __init__(self, dtype=None):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 2)
+        self.b = torch.nn.Linear(3, 2).double()
+
+    def forward(self, x):
+        return self.a(x.float()).double() + self.b(x.double())
+
+
+class _Replacing(torch.nn.Linear):
+    """A forward whose backward leaves a gradient that is not the Trainer's view (a hook replaces it)."""
+
+    def __init__(self):
+        super().__init__(3, 2)
+        self.bias.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", p.grad.clone()))
+
+
+@pytest.mark.parametrize("make, wire", [(_Mixed, torch.float64), (_Replacing, torch.float32)])
+def test_gradients_that_are_not_one_flat_buffer_are_sent_one_by_one(coordinator, make, wire):
+    trainers, wires, batches, _ = _train_two(coordinator, make, steps=3)
+    numel = sum(p.numel() for p in make().parameters())
+    assert wires and all(w == (wire, numel + vote_flags(0, False, 2, wire).numel()) for w in wires), wires
+    expected = _replay_two(make, batches, steps=3)
+    for t in trainers:
+        assert t.step == 3
+        for p, e in zip(t.module.parameters(), expected.parameters()):
+            assert torch.equal(p, e), (p, e)
+        if make is _Replacing:  # the replaced gradient was sent, and made a view again at each step
+            assert t.module.weight.grad is t._grad_views[0] and t.module.bias.grad is not t._grad_views[1]
