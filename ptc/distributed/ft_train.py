@@ -331,7 +331,8 @@ class Trainer:
             flags = self._vote(wire)
             k = flags.numel()
             if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
-                flat = self._allreduce_parts("trainer", [self._grad_flat.to(wire), flags])
+                grads = self._grad_flat if self._grad_flat.dtype == wire else self._grad_flat.to(wire)
+                flat = self._allreduce_parts("trainer", [grads, flags])
                 # the mean, divided straight into the gradients (the same IEEE division as p.grad / size)
                 torch.div(flat[:-k], ft.size, out=self._grad_flat)
             else:  # mixed dtypes, or compute() replaced a gradient: one torch call per parameter
@@ -383,7 +384,7 @@ class Trainer:
         """Start bucket ``index``'s allreduce in a buffer of the Trainer's own (see :meth:`_allreduce_parts`)."""
         ft = self.group
         wire = wire_dtype({buffer.dtype}, ft.size)
-        parts = [buffer.to(wire)]
+        parts = [buffer if buffer.dtype == wire else buffer.to(wire)]
         if last:
             parts.append(self._vote(wire))
         key = ("bucket", index)
