@@ -195,7 +195,7 @@ class Trainer:
         # without DDP, and where the gradients share one dtype: they are views of one flat buffer, so
         # a step zeroes, sends and averages them with a few torch calls whatever the number of tensors
         self._grad_flat, self._grad_views = None, []
-        if not ddp and len(self._dtypes) == 1 and self._params:
+        if not ddp and len(self._dtypes) == 1 and len({p.device for p in self._params}) == 1:
             (dtype,) = self._dtypes
             self._grad_flat = torch.zeros(sum(self._numels), dtype=dtype, device=self._params[0].device)
             for p, part in zip(self._params, self._grad_flat.split(self._numels)):
@@ -321,9 +321,7 @@ class Trainer:
                     p.grad = torch.zeros_like(p)
         self._hook_failure, self._hook_flags = None, None
         if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
-            self._hook_failure = PtcError("backward stopped before its last gradient bucket")
-            self._hook_finish()
-            self._hook_failure = None
+            self._hook_finish(wait=False)
         ft.fault_point("step", self.step, ft.rank)
         compute(info)
         if self.model is self.module:
@@ -363,52 +361,51 @@ class Trainer:
             self._needs_sync = True
         return committed
 
-    def _allreduce_parts(self, key: Any, parts: List[torch.Tensor]) -> torch.Tensor:
-        """The sum over the group of ``torch.cat(parts)`` (1-d, one dtype), in a buffer of the Trainer's own.
+    def _wire_buffer(self, key: Any, parts: List[torch.Tensor]) -> torch.Tensor:
+        """``torch.cat(parts)`` (1-d, one dtype) in a buffer of the Trainer's own, for one allreduce.
 
-        The buffer is used again by the next call with the same ``key`` (a fresh multi-megabyte
-        buffer per step costs page faults), but only after a collective on it completed: one that
-        failed may still be written by its abandoned collective, so it is dropped (its Work keeps it
-        alive) and never handed out again.
+        The buffer ``key`` had last time is used again (a fresh multi-megabyte buffer per step
+        costs page faults), but the callers put a buffer back under its key only after its
+        collective completed: one that failed may still be written by its abandoned collective,
+        so it is never handed out again (its Work keeps it alive).
         """
         numel = sum(part.numel() for part in parts)
         buffer = self._wire_buffers.pop(key, None)
         if buffer is None or buffer.numel() != numel or buffer.dtype != parts[0].dtype:
-            buffer = torch.empty(numel, dtype=parts[0].dtype)
-        torch.cat(parts, out=buffer)
+            buffer = torch.empty(numel, dtype=parts[0].dtype, device=parts[0].device)
+        return torch.cat(parts, out=buffer)
+
+    def _allreduce_parts(self, key: Any, parts: List[torch.Tensor]) -> torch.Tensor:
+        """The sum over the group of ``torch.cat(parts)``, in a :meth:`_wire_buffer`."""
+        buffer = self._wire_buffer(key, parts)
         self.group._allreduce_owned(buffer)
-        self._wire_buffers[key] = buffer
+        self._wire_buffers[key] = buffer  # completed: safe to use again
         return buffer
 
     def _hook_start(self, index: int, buffer: torch.Tensor, future: Any, last: bool) -> None:
-        """Start bucket ``index``'s allreduce in a buffer of the Trainer's own (see :meth:`_allreduce_parts`)."""
-        ft = self.group
-        wire = wire_dtype({buffer.dtype}, ft.size)
+        """Start bucket ``index``'s allreduce in a :meth:`_wire_buffer`; :meth:`_hook_finish` waits for it."""
+        wire = wire_dtype({buffer.dtype}, self.group.size)
         parts = [buffer if buffer.dtype == wire else buffer.to(wire)]
         if last:
             parts.append(self._vote(wire))
         key = ("bucket", index)
-        numel = sum(part.numel() for part in parts)
-        flat = self._wire_buffers.pop(key, None)
-        if flat is None or flat.numel() != numel or flat.dtype != wire:
-            flat = torch.empty(numel, dtype=wire)
-        torch.cat(parts, out=flat)
+        flat = self._wire_buffer(key, parts)
         try:
-            gen, work = ft._allreduce_owned_start(flat)
+            gen, work = self.group._allreduce_owned_start(flat)
         except (PeerFailure, Fenced) as failure:
             self._hook_failure = failure
             future.set_result(buffer)
             return
         self._hook_pending.append((gen, work, key, flat, buffer, future, last))
 
-    def _hook_finish(self) -> None:
+    def _hook_finish(self, wait: bool = True) -> None:
         """Wait for the started buckets in order; average each into its bucket and complete its
-        future (after a failure: complete them with the local gradients)."""
+        future (after a failure, or with ``wait=False``: complete them with the local gradients)."""
         ft = self.group
         pending, self._hook_pending = self._hook_pending, []
         for gen, work, key, flat, buffer, future, last in pending:
             try:
-                if self._hook_failure is None:
+                if wait and self._hook_failure is None:
                     ft._await("allreduce", gen, work)
                     n = buffer.numel()
                     torch.div(flat[:n], ft.size, out=buffer)  # the mean, in one pass over the bucket

@@ -852,3 +852,30 @@ def test_gradients_that_are_not_one_flat_buffer_are_sent_one_by_one(coordinator,
             assert torch.equal(p, e), (p, e)
         if make is _Replacing:  # the replaced gradient was sent, and made a view again at each step
             assert t.module.weight.grad is t._grad_views[0] and t.module.bias.grad is not t._grad_views[1]
+
+
+def test_a_buffer_whose_allreduce_failed_is_never_handed_out_again():
+    """An abandoned collective may still write into its buffer: only completed ones are reused."""
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        trainer = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1))
+        parts = [torch.ones(4), torch.zeros(2)]
+        first = trainer._allreduce_parts("k", parts)
+        assert trainer._allreduce_parts("k", parts) is first  # completed: reused
+        send = group._allreduce_owned
+
+        def fail(buffer):
+            send(buffer)
+            raise PeerFailure([0], 1, "simulated")
+
+        group._allreduce_owned = fail
+        with pytest.raises(PeerFailure):
+            trainer._allreduce_parts("k", parts)
+        group._allreduce_owned = send
+        again = trainer._allreduce_parts("k", parts)
+        assert again is not first and torch.equal(again, torch.cat(parts))
+    finally:
+        group.close()
+        c.stop()
