@@ -746,6 +746,12 @@ def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None):
     finally:
         for g in groups:
             g.close()
+        # DDP's forward saves and restores a process-wide "active DDP module"; two members' forwards
+        # in two threads interleave, so one of them stays set, and every later torch.compile in this
+        # process would split its graphs for that DDP module (DDPOptimizer)
+        from torch.nn.parallel import DistributedDataParallel
+
+        DistributedDataParallel._active_ddp_module = None
 
 
 def _replay_two(make, batches, steps=2):
@@ -879,3 +885,10 @@ def test_a_buffer_whose_allreduce_failed_is_never_handed_out_again():
     finally:
         group.close()
         c.stop()
+
+
+def test_members_trained_in_threads_leave_no_active_ddp_module(coordinator):
+    from torch.nn.parallel import DistributedDataParallel
+
+    _train_two(coordinator, lambda: torch.nn.Linear(3, 2), ddp=True)
+    assert DistributedDataParallel._get_active_ddp_module() is None
