@@ -17,7 +17,9 @@ functions that are told about every call issued through it:
 
 Completion times come from ``Work.wait``: while anything is attached,
 ``torch.distributed.Work.wait`` is wrapped too, and a watched ``Work`` that
-returns from it completed reports the moment it did, on the waiting thread.
+returns from it completed (or raises its failure) reports the moment it did,
+on the waiting thread; a ``wait(timeout)`` that runs out while the Work goes
+on reports nothing.
 A done-callback on the Work's future would report the same moment for works
 nobody waits on, but it runs in the backend's worker thread and must take the
 GIL there; on gloo that hand-off cost 5-15 % of a 1 MB all_reduce loop on two
@@ -149,6 +151,10 @@ def _install_wait() -> None:
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
+            if not self.is_completed():
+                # wait(timeout) gave up (or was interrupted): the collective goes on, so it has
+                # not failed; it closes when a later wait returns or it is found done
+                raise
             forget(id(self), None)
             watched[0](watched[1], exc)
             raise

@@ -33,10 +33,11 @@ the new generation.  Two engines do the reconnect:
 ``native``  torch's gloo ``reconfigure`` (one process group object for the
             whole job; about 1-3 ms);
 ``rebuild`` a new gloo process group per generation on a store prefix of
-            its own; the abandoned ones are kept until the process ends
-            and never destroyed (destroying one with a collective pending
-            on a dead peer blocks until its timeout, or aborts the process
-            when it happens on one of gloo's threads).
+            its own; an abandoned one has its connections shut down (so
+            its pending collectives end at once, everywhere) and is kept
+            until the process ends, never destroyed (destroying one with a
+            collective pending blocks until its timeout, or aborts the
+            process when it happens on one of gloo's threads).
 
 ``engine="auto"`` takes ``native`` where torch has it
 (``ptc._compat.GLOO_RECONFIGURE``), else ``rebuild``.
@@ -243,15 +244,75 @@ class _NativeEngine:
         return self.pg
 
 
-def _abort_quietly(pg: Any) -> None:
-    """Ask an abandoned generation's group to end its collectives still waiting on peers.
+def _open_sockets() -> Dict[int, int]:
+    """This process's open sockets: ``{fd: inode}`` (empty where the platform cannot list fds)."""
+    import stat
 
-    Best effort (gloo on torch 2.13 accepts the call and leaves a pending collective
-    pending); a group that cannot abort is just kept, like every abandoned group."""
-    try:
-        pg.abort()
-    except Exception:  # noqa: BLE001 - nothing to do but keep it alive
-        pass
+    found: Dict[int, int] = {}
+    for directory in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                info = os.fstat(int(name))
+            except (OSError, ValueError):
+                continue  # the listing's own fd, or closed since
+            if stat.S_ISSOCK(info.st_mode):
+                found[int(name)] = info.st_ino
+        break
+    return found
+
+
+def _gloo_group(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Tuple[Any, Dict[int, int]]:
+    """A connected gloo group and the sockets its construction opened (its listener and its
+    connections to the peers: gloo connects the full mesh before it returns)."""
+    before = _open_sockets()
+    pg = _compat.gloo_process_group(store, rank, size, timeout)
+    opened = {fd: inode for fd, inode in _open_sockets().items() if before.get(fd) != inode}
+    return pg, opened
+
+
+def _shut_down_connections(sockets: Dict[int, int]) -> int:
+    """Shut down those of ``sockets`` that are still open and connected; the number shut down.
+
+    This is how an abandoned gloo group's collectives end: gloo has no working abort
+    (``abort()``/``shutdown()`` leave a pending collective pending on torch 2.13.0 and
+    2.14.1 alike, measured), so a collective waiting on a peer that gave up waits until
+    that peer's process exits.  Its done-callback then runs on gloo's thread, and when that
+    happens while this interpreter is finalizing it crashes the process (SIGSEGV in
+    ``PyThreadState_New`` from ``PythonFutureWrapper``'s callback: 5 of 12 runs of
+    test_ddp_survives_a_crash_inside_the_gradient_allreduce on torch 2.13).  A shut-down
+    connection fails every collective on it at once, here and on the peer, while both
+    interpreters are alive.  The listener is left alone (gloo's accept loop aborts the
+    process if it is shut down), and an fd closed and reused since is recognized by its
+    inode.  The sockets are those that appeared while the group was built; another thread
+    that opened a socket in that window would have it shut down here too.
+    """
+    done = 0
+    for fd, inode in sockets.items():
+        try:
+            dup = os.dup(fd)
+        except OSError:
+            continue  # closed since
+        try:
+            if os.fstat(dup).st_ino != inode:
+                continue  # the number was reused for another file
+            conn = socket.socket(fileno=dup)
+            dup = -1  # the socket object owns it now
+            try:
+                conn.getpeername()  # not connected: the group's listener
+                conn.shutdown(socket.SHUT_RDWR)
+                done += 1
+            except OSError:
+                pass
+            finally:
+                conn.close()
+        finally:
+            if dup >= 0:
+                os.close(dup)
+    return done
 
 
 _ABANDONED: List[Any] = []  # abandoned groups, never destroyed (see _keep_for_good)
@@ -260,20 +321,24 @@ _ABANDONED: List[Any] = []  # abandoned groups, never destroyed (see _keep_for_g
 def _keep_for_good(pg: Any) -> None:
     """Keep ``pg`` until the process ends, without ever destroying it.
 
-    An abandoned gloo group may hold a collective pending on a dead peer.  Destroying
-    it blocks until that collective times out (torch 2.13: the group's timeout, 30 min
-    by default), and destroyed by the garbage collector on one of gloo's own threads
-    (where a done-callback runs Python) it killed survivors with std::terminate
-    (``gloo::IoException``: SIGABRT at their exit, 1 in 6 to 3 in 4 runs of
-    test_ddp_survives_a_crash_inside_the_gradient_allreduce).  A module list alone
-    would still be cleared, and the group destroyed, while the interpreter shuts down,
-    so the list also owns one reference that is never released.  Cost: the group's
-    threads and sockets stay until the process exits (one group per generation change).
+    Destroying a gloo group with a collective still pending blocks until that collective
+    times out (the group's timeout), and destroyed by the garbage collector on one of
+    gloo's own threads (where a done-callback runs Python) it killed survivors with
+    std::terminate (``gloo::IoException``).  A module list alone would still be cleared,
+    and the group destroyed, while the interpreter shuts down, so the list also owns one
+    reference that is never released.  Cost: the group's threads stay until the process
+    exits (one group per generation change).
     """
     import ctypes
 
     _ABANDONED.append(pg)
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))
+
+
+def _retire(pg: Any, sockets: Dict[int, int]) -> None:
+    """An abandoned generation's group: kept for good, its pending collectives ended now."""
+    _keep_for_good(pg)
+    _shut_down_connections(sockets)
 
 
 class _RebuildEngine:
@@ -285,6 +350,7 @@ class _RebuildEngine:
         self._store = store
         self._timeout = timeout
         self.pg: Any = None
+        self._sockets: Dict[int, int] = {}
 
     def handle(self) -> str:
         return ""
@@ -292,13 +358,12 @@ class _RebuildEngine:
     def connect(self, gen: int, rank: int, size: int, handles: List[str], timeout: datetime.timedelta) -> Any:
         from torch._C._distributed_c10d import PrefixStore
 
-        pg = _compat.gloo_process_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
+        pg, sockets = _gloo_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
         pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
         if self.pg is not None:
-            old = self.pg
-            _keep_for_good(old)
-            _abort_quietly(old)
-        self.pg = pg
+            # every member of the new generation has left the old one (they all built this group)
+            _retire(self.pg, self._sockets)
+        self.pg, self._sockets = pg, sockets
         return pg
 
 
@@ -320,6 +385,7 @@ class Subgroup:
         self.pg: Any = None
         self.ranks: Tuple[int, ...] = ()
         self.generation = 0
+        self._sockets: Dict[int, int] = {}
 
     def _partition(self, size: int) -> List[List[int]]:
         parts = self.split(size)
@@ -578,16 +644,20 @@ class FaultTolerantGroup:
         self.previous = self.generation = None
         return self.recover()
 
-    def _connect_subgroups(self, news: Generation) -> None:
+    def _connect_subgroups(self, news: Generation, subs: Optional[Sequence[Subgroup]] = None) -> None:
+        """Build ``subs`` (default: every declared subgroup) in generation ``news``, retiring
+        each one's group of an older generation (all members have left it: see connect)."""
         from torch._C._distributed_c10d import PrefixStore
 
         rank, size = news.rank_of(self.worker_id), len(news.members)
-        for sub in self._subgroups:
-            sub.pg, sub.ranks, sub.generation = None, (), news.number
+        for sub in self._subgroups if subs is None else subs:
+            if sub.pg is not None:
+                _retire(sub.pg, sub._sockets)
+            sub.pg, sub._sockets, sub.ranks, sub.generation = None, {}, (), news.number
             for i, part in enumerate(sub._partition(size)):
                 if rank in part:
                     store = PrefixStore(f"ptc_ft/g{news.number}/sub{sub.index}/{i}", self._store)
-                    sub.pg = _compat.gloo_process_group(store, part.index(rank), len(part), self._reconfigure_timeout)
+                    sub.pg, sub._sockets = _gloo_group(store, part.index(rank), len(part), self._reconfigure_timeout)
                     sub.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
                     sub.ranks = tuple(part)
 
@@ -605,7 +675,7 @@ class FaultTolerantGroup:
         sub._partition(self.size)  # validate now, with a clear error
         self._subgroups.append(sub)
         try:
-            self._connect_subgroups(self._current())
+            self._connect_subgroups(self._current(), [sub])  # the others are connected already
         except Exception:
             self._subgroups.pop()
             raise

@@ -366,6 +366,35 @@ def test_completion_time_is_when_wait_returns(tmp_path):
     assert seen_later["time_discovered_completed_ns"] <= last["time_created_ns"]
 
 
+def test_a_wait_that_runs_out_while_the_collective_goes_on_is_no_failure(tmp_path):
+    """wait(timeout) raises "timed out" and the Work goes on (ptc's fault-tolerant group waits
+    like this first): no failure, no dump; the entry completes when the collective does."""
+    import datetime
+
+    from ptc import _compat
+
+    store = dist.HashStore()
+    timeout = datetime.timedelta(seconds=30)
+    groups = [None, None]
+
+    def connect(rank):
+        groups[rank] = _compat.gloo_process_group(store, rank, 2, timeout)
+
+    threads = [threading.Thread(target=connect, args=(r,)) for r in range(2)]
+    [t.start() for t in threads], [t.join(30) for t in threads]
+    with FlightRecorder(dump_dir=tmp_path, rank=0) as rec:
+        rec.attach(groups[0], name="pair", ranks=[0, 1])
+        work = groups[0].allreduce([torch.ones(4)])  # rank 1 is not there yet
+        with pytest.raises(RuntimeError, match="timed out"):
+            work.wait(datetime.timedelta(milliseconds=20))
+        assert not work.is_completed()
+        assert [e["state"] for e in rec.entries()] == ["started"] and not rec.dumps
+        groups[1].allreduce([torch.ones(4)]).wait()
+        work.wait()
+        (entry,) = rec.entries()
+    assert entry["state"] == "completed" and not rec.dumps
+
+
 @pytest.mark.parametrize("capture", MECHANISMS)
 def test_fast_paths_record_what_the_general_paths_do(gloo_solo, capture, tmp_path):
     """allreduce([t]) skips the generic tensor flattening, and a wait() that returns

@@ -224,6 +224,11 @@ def test_collectives_and_subgroups(coordinator, engine):
         assert [s.ranks for s in subs] == [(0,), (1,)]
         solo = _each(groups, lambda g: g.allreduce(torch.tensor([g.rank + 5.0]), group=g._subgroups[0]))
         assert [float(x) for x in solo] == [5.0, 6.0]
+        first = [s.pg for s in subs]
+        both = _each(groups, lambda g: g.subgroups(lambda n: [list(range(n))]))
+        assert [s.pg for s in subs] == first  # declaring another subgroup leaves the connected ones alone
+        sums = _each(groups, lambda g: g.allreduce(torch.tensor([g.rank + 1.0]), group=g._subgroups[1]))
+        assert [float(x) for x in sums] == [3.0, 3.0] and [s.ranks for s in both] == [(0, 1), (0, 1)]
         with pytest.raises(PtcValueError, match="rank 2 of part 0 is outside"):
             groups[0].subgroups(lambda n: [[0, 1, 2]])
         with pytest.raises(PtcValueError, match="op = 'mean'"):
@@ -383,6 +388,8 @@ def test_injector_fires_once_at_the_right_point(monkeypatch):
 
 
 def test_subgroups_are_rebuilt_in_the_next_generation(coordinator):
+    from ptc.distributed import ft_group
+
     c = Coordinator(world_size=3, heartbeat_timeout=30.0).start()
     # worker 2 only loses its coordinator connection: its process group lives on in this process, so a survivor's
     # collective issued before the news can stay stuck in gloo until the collective timeout. Keep that short: a
@@ -401,8 +408,10 @@ def test_subgroups_are_rebuilt_in_the_next_generation(coordinator):
             assert info.value.ranks == (2,) and info.value.generation == 1
             return g.recover().number
 
+        first = [s.pg for s in subs[:2]]
         assert _each(survivors, fail_then_recover) == [2, 2]
         assert [(s.generation, s.ranks) for s in subs[:2]] == [(2, (0, 1)), (2, (0, 1))]
+        assert all(any(pg is old for pg in ft_group._ABANDONED) for old in first)  # retired, not destroyed
         sums = _each(survivors, lambda g: g.allreduce(torch.tensor([g.rank + 1.0]), group=g._subgroups[0]))
         assert [float(s) for s in sums] == [3.0, 3.0]
     finally:
@@ -667,6 +676,65 @@ def test_the_rebuild_engine_never_destroys_an_abandoned_group():
     gc.collect()
     assert alive() is not None
     second.allreduce([torch.ones(1)]).wait()  # the new generation's group works
+
+
+def test_a_retired_groups_pending_collective_ends_at_once_with_its_callback_run():
+    """gloo's abort() leaves a collective pending; one waiting on a peer that moved on would end
+    only when that peer's process exits, and its done-callback would then run on gloo's thread,
+    possibly while this interpreter is finalizing (a crash).  Retiring the group ends it now."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from ptc.distributed import ft_group
+
+    timeout = datetime.timedelta(seconds=60)
+    store = dist.HashStore()
+    engines = [ft_group._RebuildEngine(store, rank, timeout) for rank in range(2)]
+    olds = _in_threads(range(2), lambda r: engines[r].connect(1, r, 2, [], timeout))
+    _in_threads(range(2), lambda r: olds[r].allreduce([torch.ones(1)]).wait())
+    pending = olds[0].allreduce([torch.ones(1)])  # rank 1 never joins it
+    ran = threading.Event()
+    pending.get_future().add_done_callback(lambda _f: ran.set())
+    time.sleep(0.2)
+    assert not pending.is_completed()
+    news = _in_threads(range(2), lambda r: engines[r].connect(2, r, 2, [], timeout))
+    assert ran.wait(10), "the abandoned collective is still pending"
+    with pytest.raises(RuntimeError):
+        pending.wait()
+    assert any(pg is olds[0] for pg in ft_group._ABANDONED)  # ended, and still never destroyed
+    sums = _in_threads(range(2), lambda r: news[r].allreduce([torch.full((1,), r + 1.0)]).get_future().wait()[0])
+    assert [float(x) for x in sums] == [3.0, 3.0]  # the new generation's group is untouched
+
+
+def test_shutting_down_a_groups_connections_spares_listeners_and_reused_fds():
+    from ptc.distributed import ft_group
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    a = socket.create_connection(listener.getsockname(), timeout=5)
+    b, _ = listener.accept()
+    recorded = {fd: inode for fd, inode in ft_group._open_sockets().items() if fd in (listener.fileno(), a.fileno())}
+    assert len(recorded) == 2
+    reused = a.fileno()
+    a.close()
+    c = socket.create_connection(listener.getsockname(), timeout=5)  # takes the lowest free fd: a's number
+    d, _ = listener.accept()
+    try:
+        assert c.fileno() == reused
+        assert ft_group._shut_down_connections(recorded) == 0  # the listener and a file that is not a's
+        c.sendall(b"x")
+        assert d.recv(1) == b"x"
+        e = socket.create_connection(listener.getsockname(), timeout=5)  # still listening
+        f, _ = listener.accept()
+        assert ft_group._shut_down_connections({e.fileno(): ft_group._open_sockets()[e.fileno()]}) == 1
+        f.settimeout(5)
+        assert f.recv(1) == b""  # the peer sees the connection end
+        e.close(), f.close()
+    finally:
+        for s in (b, c, d, listener):
+            s.close()
 
 
 # --- the vote in the gradients' dtype ------------------------------------------------------
