@@ -46,12 +46,14 @@ add up exactly (see :func:`vote_flags`).
 With ``ddp=True`` the model is wrapped in torch's ``DistributedDataParallel``
 on a process-local group, with a communication hook that runs each gradient
 bucket's allreduce on the fault-tolerant group (the last bucket carries the
-vote); a crash inside the gradient allreduce makes the hook return the
-local gradients and the step is not committed, so backward never fails.
-Each bucket's allreduce starts as soon as DDP hands it over, overlapping the
-rest of backward as with DDP's own hook.  The gradients are views of DDP's
-buckets (``gradient_as_bucket_view=True``, which spares DDP two copies of
-every gradient per step); ``ddp_options`` are passed on to
+vote); a crash inside the gradient allreduce makes the hook hand the
+buckets back unreduced and the step is not committed, so backward never
+fails.  Each bucket's allreduce starts as soon as DDP hands it over,
+overlapping the rest of backward as with DDP's own hook; big buckets are
+reduced in place, like DDP's own hook does, with no copy (an abandoned one
+ends before the next attempt touches a gradient).  The gradients are views
+of DDP's buckets (``gradient_as_bucket_view=True``, which spares DDP two
+copies of every gradient per step); ``ddp_options`` are passed on to
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``,
 or ``gradient_as_bucket_view=False``; not ``process_group``).
 """
@@ -71,6 +73,11 @@ import torch
 
 from ptc.distributed.ft_group import FaultTolerantGroup, Fenced
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
+
+# DDP buckets at least this big are reduced in place (see Trainer._hook_start); smaller ones are
+# copied, the last one with the vote appended: a copy of 256 KiB costs about what one more
+# collective's bookkeeping does.
+IN_PLACE_MIN_BYTES = 256 * 1024
 
 
 class StateDivergence(PtcError, RuntimeError):
@@ -187,6 +194,7 @@ class Trainer:
         self._hook_flags: Optional[torch.Tensor] = None
         self._wire_buffers: Dict[Any, torch.Tensor] = {}
         self._hook_pending: List[tuple] = []  # buckets whose allreduce started, waited by the last one's hook
+        self._hook_abandoned: List[Any] = []  # Works of failed steps that reduce in DDP's buckets in place
         if ddp_options is not None and not ddp:
             raise PtcValueError("ddp_options: given without ddp=True")
         if "process_group" in (ddp_options or {}):
@@ -322,6 +330,8 @@ class Trainer:
         self._hook_failure, self._hook_flags = None, None
         if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
             self._hook_finish(wait=False)
+        if self._hook_abandoned:
+            self._drain_abandoned()
         ft.fault_point("step", self.step, ft.rank)
         compute(info)
         if self.model is self.module:
@@ -383,39 +393,92 @@ class Trainer:
         return buffer
 
     def _hook_start(self, index: int, buffer: torch.Tensor, future: Any, last: bool) -> None:
-        """Start bucket ``index``'s allreduce in a :meth:`_wire_buffer`; :meth:`_hook_finish` waits for it."""
-        wire = wire_dtype({buffer.dtype}, self.group.size)
-        parts = [buffer if buffer.dtype == wire else buffer.to(wire)]
-        if last:
-            parts.append(self._vote(wire))
+        """Start bucket ``index``'s allreduce; :meth:`_hook_finish` waits for it.
+
+        A bucket of at least ``IN_PLACE_MIN_BYTES`` whose dtype is the wire dtype is reduced in
+        place, in DDP's bucket (the gradients themselves, with ``gradient_as_bucket_view``):
+        a copy of it would cost more than the collective's own bookkeeping.  Such a bucket,
+        when it is the last, leaves the vote to an allreduce of its own, issued right after
+        it.  Other buckets travel in a :meth:`_wire_buffer`, the last one's with the vote
+        appended (one collective).  In place is safe because no abandoned collective outlives
+        the recovery: both engines end a replaced generation's pending collectives at once
+        (see ``ft_group._retire``), and :meth:`_drain_abandoned` waits for them before the
+        next attempt touches a gradient.
+        """
+        ft = self.group
+        wire = wire_dtype({buffer.dtype}, ft.size)
+        in_place = buffer.dtype == wire and buffer.numel() * buffer.element_size() >= IN_PLACE_MIN_BYTES
         key = ("bucket", index)
-        flat = self._wire_buffer(key, parts)
-        try:
-            gen, work = self.group._allreduce_owned_start(flat)
-        except (PeerFailure, Fenced) as failure:
-            self._hook_failure = failure
-            future.set_result(buffer)
-            return
-        self._hook_pending.append((gen, work, key, flat, buffer, future, last))
+        jobs: List[tuple] = []  # (what to reduce, its _wire_buffer key or None, the bucket it fills or None)
+        if in_place:
+            jobs.append((buffer, None, buffer))
+            if last:
+                jobs.append((self._vote(wire), None, None))
+        else:
+            parts = [buffer if buffer.dtype == wire else buffer.to(wire)]
+            if last:
+                parts.append(self._vote(wire))
+            jobs.append((self._wire_buffer(key, parts), key, buffer))
+        for n, (flat, flat_key, bucket) in enumerate(jobs):
+            try:
+                gen, work = ft._allreduce_owned_start(flat)
+            except (PeerFailure, Fenced) as failure:
+                self._hook_failure = failure
+                if n == 0:  # else the bucket's own allreduce went out: _hook_finish completes its future
+                    future.set_result(buffer)
+                return
+            flags_at = (bucket.numel() if bucket is not None else 0) if last and n == len(jobs) - 1 else None
+            self._hook_pending.append((gen, work, flat_key, flat, bucket, future if bucket is not None else None,
+                                       flags_at))  # fmt: skip
 
     def _hook_finish(self, wait: bool = True) -> None:
-        """Wait for the started buckets in order; average each into its bucket and complete its
-        future (after a failure, or with ``wait=False``: complete them with the local gradients)."""
+        """Wait for the started allreduces in order; average each bucket and complete its future
+        (after a failure, or with ``wait=False``: complete them with whatever the bucket holds,
+        the step will not be committed).  In-place Works not waited to the end are kept for
+        :meth:`_drain_abandoned`."""
         ft = self.group
         pending, self._hook_pending = self._hook_pending, []
-        for gen, work, key, flat, buffer, future, last in pending:
+        for gen, work, key, flat, bucket, future, flags_at in pending:
             try:
                 if wait and self._hook_failure is None:
                     ft._await("allreduce", gen, work)
-                    n = buffer.numel()
-                    torch.div(flat[:n], ft.size, out=buffer)  # the mean, in one pass over the bucket
-                    self._wire_buffers[key] = flat  # completed: safe to use again
-                    if last:
-                        self._hook_flags = flat[n:]  # read before the next step reuses the buffer
+                    if bucket is not None:
+                        n = bucket.numel()
+                        if flat is bucket:
+                            bucket.div_(ft.size)  # the mean, in place (the same IEEE division)
+                        else:
+                            torch.div(flat[:n], ft.size, out=bucket)  # the mean, in one pass over the bucket
+                    if key is not None:
+                        self._wire_buffers[key] = flat  # completed: safe to use again
+                    if flags_at is not None:
+                        self._hook_flags = flat[flags_at:]  # read before the next step reuses the buffer
+                    continue
+                if flat is bucket:
+                    self._hook_abandoned.append(work)
             except (PeerFailure, Fenced) as failure:
                 self._hook_failure = failure
+                if flat is bucket:
+                    self._hook_abandoned.append(work)
             finally:
-                future.set_result(buffer)
+                if future is not None:
+                    future.set_result(bucket)
+
+    def _drain_abandoned(self) -> None:
+        """Wait until every abandoned in-place allreduce has ended, so none writes into a gradient
+        again.  They end as soon as the group moved to a newer generation (recover() does);
+        one still running after the group's timeout is an error, never a silent race."""
+        start = time.monotonic()
+        limit = start + self.group._timeout.total_seconds()
+        works, self._hook_abandoned = self._hook_abandoned, []
+        for i, work in enumerate(works):
+            while not work.is_completed():
+                if time.monotonic() > limit:
+                    self._hook_abandoned = works[i:]
+                    raise PtcError("ddp=True: an abandoned gradient allreduce is still running after the group's "
+                                   "timeout; it could write into the gradients (call recover() first)")  # fmt: skip
+                time.sleep(0.001)
+        self.group.event("abandoned_allreduces_ended", count=len(works),
+                         waited_ms=round((time.monotonic() - start) * 1e3, 3))  # fmt: skip
 
     def _vote(self, dtype: torch.dtype) -> torch.Tensor:
         """What this member adds to the step's allreduce after its gradients (see :func:`vote_flags`)."""
@@ -432,8 +495,7 @@ class Trainer:
         import datetime
 
         local = _compat.gloo_process_group(HashStore(), 0, 1, datetime.timedelta(seconds=60))
-        # gradients as views of DDP's buckets: DDP copies no gradient into a bucket and back (the
-        # hook's own buffer already keeps an abandoned collective away from them)
+        # gradients as views of DDP's buckets: DDP copies no gradient into a bucket and back
         ddp = DistributedDataParallel(model, process_group=local, **{"gradient_as_bucket_view": True, **options})
         # the hook's state refers to the trainer weakly: a strong reference would make a cycle
         # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during

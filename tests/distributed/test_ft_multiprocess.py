@@ -42,12 +42,22 @@ def test_kill_inside_allreduce_then_restart_rejoins(tmp_path, engine):
     assert any(e["bytes"] > 0 for e in outcome.result.of("state_synced") if e["gen"] == gens[-1]["gen"]), text
 
 
-def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path):
-    """torch DDP with ptc's comm hook: the victim dies inside the bucket allreduce; backward never fails on survivors."""
-    # collectives 1-4 are the initial state sync; collective 4 + s + 1 is step s's gradient bucket
-    outcome = run_scenario(tmp_path, 3, steps=30, ddp=True, faults=[F.kill_in_collective(20, worker=1)])
+@pytest.mark.parametrize("in_place", [False, True], ids=["copied", "in_place"])
+def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, in_place):
+    """torch DDP with ptc's comm hook: the victim dies inside the bucket allreduce; backward never fails on survivors.
+    in_place: the bucket is reduced in DDP's own buffer (the vote alone after it), so the survivors'
+    abandoned allreduce must end before their next attempt touches the gradients."""
+    # copied: collectives 1-4 are the initial state sync; collective 4 + s + 1 is step s's gradient bucket
+    # in place: collective 4 + 2 s + 1 is step s's bucket, the next one its vote
+    extra, k = (["--in-place-min-bytes", "0"], 19) if in_place else ([], 20)
+    outcome = run_scenario(tmp_path, 3, steps=30, ddp=True, faults=[F.kill_in_collective(k, worker=1)], extra=extra)
     check_consistent(outcome, expect_workers=[0, 2])
     assert _failed(outcome, 1), outcome.describe()
+    ended = outcome.result.of("abandoned_allreduces_ended")
+    if in_place:  # every survivor's bucket allreduce of that step was abandoned, and waited for
+        assert sorted(e["worker"] for e in ended) == [0, 2] and all(e["count"] >= 1 for e in ended), outcome.describe()
+    else:
+        assert not ended, outcome.describe()
     assert all(r.returncode == 0 for r in outcome.result.runs if r.worker != 1), outcome.describe()
 
 

@@ -879,6 +879,63 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
             assert torch.equal(p, e)
 
 
+def test_big_ddp_buckets_are_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
+    """Buckets of IN_PLACE_MIN_BYTES or more are reduced in DDP's own bucket (no copy); the last
+    one's vote then travels in an allreduce of its own.  The result is the same mean."""
+    from ptc.distributed import ft_train
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 2))  # fmt: skip
+
+    monkeypatch.setattr(ft_train, "IN_PLACE_MIN_BYTES", 1000 * 4)  # the 4290-element bucket, not the 256
+    trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3,
+                                                 ddp_options={"bucket_cap_mb": 0.005})  # fmt: skip
+    flags = vote_flags(0, False, 2, torch.float32).numel()
+    # step 0: one bucket (in place) and the vote; then 4290 in place and 256 with the vote appended
+    assert sorted(n for _, n in wires) == sorted([4546, flags] * 2 + [4290, 256 + flags] * 4), wires
+    assert order == {w: ["start", "start", "wait", "wait"] * 3 for w in (0, 1)}, order
+    expected = _replay_two(make, batches, steps=3)
+    for t in trainers:
+        assert t.step == 3 and not t._hook_pending and not t._hook_abandoned
+        for p, e in zip(t.module.parameters(), expected.parameters()):
+            assert torch.equal(p, e)
+        assert ("bucket", 0) not in t._wire_buffers  # the in-place bucket never had a buffer of its own
+
+
+def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
+    """An abandoned in-place allreduce could still write into DDP's bucket (the gradients): the next
+    attempt starts only once it has ended, and one that never ends is an error, not a race."""
+    import datetime
+
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        trainer = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=True)
+
+        class SlowWork:
+            def __init__(self, after):
+                self.done_at = time.monotonic() + after
+
+            def is_completed(self):
+                return time.monotonic() >= self.done_at
+
+        works = [SlowWork(0.2), SlowWork(0.0)]
+        trainer._hook_abandoned = list(works)
+        start = time.monotonic()
+        trainer._drain_abandoned()
+        assert time.monotonic() - start >= 0.2 and not trainer._hook_abandoned
+        group._timeout = datetime.timedelta(seconds=0.1)
+        trainer._hook_abandoned = [SlowWork(60.0)]
+        with pytest.raises(PtcError, match="abandoned gradient allreduce is still running"):
+            trainer._drain_abandoned()
+        assert len(trainer._hook_abandoned) == 1  # still known: the next attempt waits again
+    finally:
+        group.close()
+        c.stop()
+
+
 def test_ddp_options_are_checked():
     c = Coordinator(world_size=1).start()
     (group,) = _groups(c, 1)
