@@ -77,13 +77,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--until-size", type=int, default=0,
                         help="after --steps, keep training until the group has this many members again (max 20000 steps)")
     parser.add_argument("--fr-dir", default=None, help="record collectives with a Flight Recorder dumping here")
-    parser.add_argument("--in-place-min-bytes", type=int, default=None,
-                        help="with --ddp: reduce buckets of this many bytes or more in place (ft_train.IN_PLACE_MIN_BYTES)")
+    parser.add_argument("--last-bucket-in-place-min-bytes", type=int, default=None,
+                        help="with --ddp: ft_train.LAST_BUCKET_IN_PLACE_MIN_BYTES (0: every bucket in place)")
     args = parser.parse_args(argv)
-    if args.in_place_min_bytes is not None:
+    if args.last_bucket_in_place_min_bytes is not None:
         from ptc.distributed import ft_train
 
-        ft_train.IN_PLACE_MIN_BYTES = args.in_place_min_bytes
+        ft_train.LAST_BUCKET_IN_PLACE_MIN_BYTES = args.last_bucket_in_place_min_bytes
     started = time.time()
     recorder = None
     if args.fr_dir:

@@ -74,10 +74,11 @@ import torch
 from ptc.distributed.ft_group import FaultTolerantGroup, Fenced
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
-# DDP buckets at least this big are reduced in place (see Trainer._hook_start); smaller ones are
-# copied, the last one with the vote appended: a copy of 256 KiB costs about what one more
-# collective's bookkeeping does.
-IN_PLACE_MIN_BYTES = 256 * 1024
+# The last DDP bucket of a step is reduced in place when it has at least this many bytes, with the
+# vote in an allreduce of its own; a smaller one is copied with the vote appended (one collective).
+# Measured here (one thread, warm cache): one more small collective costs its caller about 38 us,
+# a copy of 256 KiB 10 us and of 1 MiB 64 us.  Other buckets are always reduced in place.
+LAST_BUCKET_IN_PLACE_MIN_BYTES = 512 * 1024
 
 
 class StateDivergence(PtcError, RuntimeError):
@@ -395,19 +396,19 @@ class Trainer:
     def _hook_start(self, index: int, buffer: torch.Tensor, future: Any, last: bool) -> None:
         """Start bucket ``index``'s allreduce; :meth:`_hook_finish` waits for it.
 
-        A bucket of at least ``IN_PLACE_MIN_BYTES`` whose dtype is the wire dtype is reduced in
-        place, in DDP's bucket (the gradients themselves, with ``gradient_as_bucket_view``):
-        a copy of it would cost more than the collective's own bookkeeping.  Such a bucket,
-        when it is the last, leaves the vote to an allreduce of its own, issued right after
-        it.  Other buckets travel in a :meth:`_wire_buffer`, the last one's with the vote
-        appended (one collective).  In place is safe because no abandoned collective outlives
-        the recovery: both engines end a replaced generation's pending collectives at once
-        (see ``ft_group._retire``), and :meth:`_drain_abandoned` waits for them before the
-        next attempt touches a gradient.
+        A bucket whose dtype is the wire dtype is reduced in place, in DDP's bucket (the
+        gradients themselves, with ``gradient_as_bucket_view``), like DDP's own hook does; the
+        last one only if it has ``LAST_BUCKET_IN_PLACE_MIN_BYTES`` or more, since the vote then
+        needs an allreduce of its own, issued right after it.  Other buckets travel in a
+        :meth:`_wire_buffer` (the last one's with the vote appended: one collective).  In place
+        is safe because no abandoned collective outlives the recovery: both engines end a
+        replaced generation's pending collectives at once (see ``ft_group._retire``), and
+        :meth:`_drain_abandoned` waits for them before the next attempt touches a gradient.
         """
         ft = self.group
         wire = wire_dtype({buffer.dtype}, ft.size)
-        in_place = buffer.dtype == wire and buffer.numel() * buffer.element_size() >= IN_PLACE_MIN_BYTES
+        in_place = buffer.dtype == wire and (
+            not last or buffer.numel() * buffer.element_size() >= LAST_BUCKET_IN_PLACE_MIN_BYTES)
         key = ("bucket", index)
         jobs: List[tuple] = []  # (what to reduce, its _wire_buffer key or None, the bucket it fills or None)
         if in_place:

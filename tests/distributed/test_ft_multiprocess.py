@@ -45,11 +45,12 @@ def test_kill_inside_allreduce_then_restart_rejoins(tmp_path, engine):
 @pytest.mark.parametrize("in_place", [False, True], ids=["copied", "in_place"])
 def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, in_place):
     """torch DDP with ptc's comm hook: the victim dies inside the bucket allreduce; backward never fails on survivors.
-    in_place: the bucket is reduced in DDP's own buffer (the vote alone after it), so the survivors'
-    abandoned allreduce must end before their next attempt touches the gradients."""
+    The model has one (small) bucket, copied with the vote by default; in_place: it is reduced in DDP's own
+    buffer (the vote alone after it), so the survivors' abandoned allreduce must end before their next
+    attempt touches the gradients."""
     # copied: collectives 1-4 are the initial state sync; collective 4 + s + 1 is step s's gradient bucket
     # in place: collective 4 + 2 s + 1 is step s's bucket, the next one its vote
-    extra, k = (["--in-place-min-bytes", "0"], 19) if in_place else ([], 20)
+    extra, k = (["--last-bucket-in-place-min-bytes", "0"], 19) if in_place else ([], 20)
     outcome = run_scenario(tmp_path, 3, steps=30, ddp=True, faults=[F.kill_in_collective(k, worker=1)], extra=extra)
     check_consistent(outcome, expect_workers=[0, 2])
     assert _failed(outcome, 1), outcome.describe()

@@ -875,24 +875,26 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
     expected = _replay_two(make, batches, steps=3)
     for t in trainers:
         assert t.step == 3 and not t._hook_pending
+        # the 4290-element bucket was reduced in place; the last ones (step 0's and the 256) were copied
+        assert sorted(b.numel() for b in t._wire_buffers.values()) == [256 + flags, 4546 + flags]
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
 
 
-def test_big_ddp_buckets_are_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
-    """Buckets of IN_PLACE_MIN_BYTES or more are reduced in DDP's own bucket (no copy); the last
-    one's vote then travels in an allreduce of its own.  The result is the same mean."""
+def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
+    """Every bucket but the last is reduced in DDP's own bucket (no copy); the last one too when it has
+    LAST_BUCKET_IN_PLACE_MIN_BYTES or more, its vote then in an allreduce of its own.  Same mean."""
     from ptc.distributed import ft_train
 
     def make():
         return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                    torch.nn.Linear(64, 2))  # fmt: skip
 
-    monkeypatch.setattr(ft_train, "IN_PLACE_MIN_BYTES", 1000 * 4)  # the 4290-element bucket, not the 256
+    monkeypatch.setattr(ft_train, "LAST_BUCKET_IN_PLACE_MIN_BYTES", 1000 * 4)  # step 0's one bucket, not the 256
     trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3,
                                                  ddp_options={"bucket_cap_mb": 0.005})  # fmt: skip
     flags = vote_flags(0, False, 2, torch.float32).numel()
-    # step 0: one bucket (in place) and the vote; then 4290 in place and 256 with the vote appended
+    # step 0: one bucket (in place) and the vote; then 4290 in place and the last, 256, with the vote appended
     assert sorted(n for _, n in wires) == sorted([4546, flags] * 2 + [4290, 256 + flags] * 4), wires
     assert order == {w: ["start", "start", "wait", "wait"] * 3 for w in (0, 1)}, order
     expected = _replay_two(make, batches, steps=3)
@@ -900,7 +902,7 @@ def test_big_ddp_buckets_are_reduced_in_place_and_the_vote_goes_alone(coordinato
         assert t.step == 3 and not t._hook_pending and not t._hook_abandoned
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
-        assert ("bucket", 0) not in t._wire_buffers  # the in-place bucket never had a buffer of its own
+        assert [b.numel() for b in t._wire_buffers.values()] == [256 + flags]  # only the copied bucket has one
 
 
 def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
