@@ -49,9 +49,10 @@ bucket's allreduce on the fault-tolerant group (the last bucket carries the
 vote); a crash inside the gradient allreduce makes the hook hand the
 buckets back unreduced and the step is not committed, so backward never
 fails.  Each bucket's allreduce starts as soon as DDP hands it over,
-overlapping the rest of backward as with DDP's own hook; big buckets are
-reduced in place, like DDP's own hook does, with no copy (an abandoned one
-ends before the next attempt touches a gradient).  The gradients are views
+overlapping the rest of backward as with DDP's own hook, and runs in place
+in DDP's bucket like DDP's own (only a small last bucket is copied, with the
+vote; an abandoned one ends before the next attempt touches a gradient;
+see :meth:`Trainer._hook_start`).  The gradients are views
 of DDP's buckets (``gradient_as_bucket_view=True``, which spares DDP two
 copies of every gradient per step); ``ddp_options`` are passed on to
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``,

@@ -55,8 +55,11 @@ def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, in_place):
     check_consistent(outcome, expect_workers=[0, 2])
     assert _failed(outcome, 1), outcome.describe()
     ended = outcome.result.of("abandoned_allreduces_ended")
-    if in_place:  # every survivor's bucket allreduce of that step was abandoned, and waited for
-        assert sorted(e["worker"] for e in ended) == [0, 2] and all(e["count"] >= 1 for e in ended), outcome.describe()
+    if in_place:
+        # a survivor whose bucket allreduce did not complete waited for it before its next attempt; one that
+        # completed it (the victim's data can go out before the kill) fails only in the vote, and has nothing
+        # to wait for (test_the_next_attempt_waits_for_abandoned_in_place_allreduces checks the wait itself)
+        assert {e["worker"] for e in ended} <= {0, 2} and all(e["count"] >= 1 for e in ended), outcome.describe()
     else:
         assert not ended, outcome.describe()
     assert all(r.returncode == 0 for r in outcome.result.runs if r.worker != 1), outcome.describe()
