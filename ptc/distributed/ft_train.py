@@ -411,17 +411,18 @@ class Trainer:
         in_place = buffer.dtype == wire and (
             not last or buffer.numel() * buffer.element_size() >= LAST_BUCKET_IN_PLACE_MIN_BYTES)
         key = ("bucket", index)
-        jobs: List[tuple] = []  # (what to reduce, its _wire_buffer key or None, the bucket it fills or None)
+        # (what to reduce, its _wire_buffer key or None, the bucket it fills or None, where the vote starts or None)
+        jobs: List[tuple] = []
         if in_place:
-            jobs.append((buffer, None, buffer))
+            jobs.append((buffer, None, buffer, None))
             if last:
-                jobs.append((self._vote(wire), None, None))
+                jobs.append((self._vote(wire), None, None, 0))
         else:
             parts = [buffer if buffer.dtype == wire else buffer.to(wire)]
             if last:
                 parts.append(self._vote(wire))
-            jobs.append((self._wire_buffer(key, parts), key, buffer))
-        for n, (flat, flat_key, bucket) in enumerate(jobs):
+            jobs.append((self._wire_buffer(key, parts), key, buffer, buffer.numel() if last else None))
+        for n, (flat, flat_key, bucket, flags_at) in enumerate(jobs):
             try:
                 gen, work = ft._allreduce_owned_start(flat)
             except (PeerFailure, Fenced) as failure:
@@ -429,7 +430,6 @@ class Trainer:
                 if n == 0:  # else the bucket's own allreduce went out: _hook_finish completes its future
                     future.set_result(buffer)
                 return
-            flags_at = (bucket.numel() if bucket is not None else 0) if last and n == len(jobs) - 1 else None
             self._hook_pending.append((gen, work, flat_key, flat, bucket, future if bucket is not None else None,
                                        flags_at))  # fmt: skip
 
@@ -441,9 +441,11 @@ class Trainer:
         ft = self.group
         pending, self._hook_pending = self._hook_pending, []
         for gen, work, key, flat, bucket, future, flags_at in pending:
+            completed = False
             try:
                 if wait and self._hook_failure is None:
                     ft._await("allreduce", gen, work)
+                    completed = True
                     if bucket is not None:
                         n = bucket.numel()
                         if flat is bucket:
@@ -454,14 +456,11 @@ class Trainer:
                         self._wire_buffers[key] = flat  # completed: safe to use again
                     if flags_at is not None:
                         self._hook_flags = flat[flags_at:]  # read before the next step reuses the buffer
-                    continue
-                if flat is bucket:
-                    self._hook_abandoned.append(work)
             except (PeerFailure, Fenced) as failure:
                 self._hook_failure = failure
-                if flat is bucket:
-                    self._hook_abandoned.append(work)
             finally:
+                if not completed and flat is bucket:
+                    self._hook_abandoned.append(work)
                 if future is not None:
                     future.set_result(bucket)
 
