@@ -25,6 +25,8 @@ before the signal):
   alternating blocks of steps, each compared with the plain-DDP block beside
   it, for ft_example's MLP and for a float32 model of 1.6M parameters (where
   the gradients' bytes count); much steadier than separate jobs on 2 cores;
+  with a fourth variant, DDP with torch's own Python allreduce hook (no fault
+  tolerance): what a communication hook written in Python costs by itself;
 * how kill-to-resume and rejoin grow with the world size;
 * torchrun ``--max-restarts 1`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
   and a checkpoint every 20 steps: kill -> first step after the restart,
@@ -344,7 +346,7 @@ def paired_overhead(world: int, blocks: int, block_steps: int, engine: str, mode
     data = json.loads(path.read_text())
     rows = data["blocks"]
     result: Dict[str, Any] = {"blocks": len(rows), "block_steps": block_steps, "generation": data["generation"]}
-    for name in ("plain", "trainer", "ddp"):
+    for name in ("plain", "hooked", "trainer", "ddp"):
         r = result[name] = {}
         for key in ("wall_ms", "cpu_ms"):
             r[key] = statistics.median(row[name][key] for row in rows)
@@ -630,7 +632,8 @@ def main() -> int:
     if "paired" not in skip:
         world = 4
         blocks = args.paired_blocks or (6 if args.quick else 20)
-        print(f"\nsteady state, {world} workers, plain DDP / Trainer / ddp=True in alternating blocks inside the same "
+        print(f"\nsteady state, {world} workers, plain DDP / DDP with torch's Python allreduce hook / Trainer / ddp=True "
+              f"in alternating blocks inside the same "
               f"processes ({blocks} blocks; overhead: median of the per-block ratios to the plain-DDP block, "
               f"[interquartile range]), engine {engines[0]}")  # fmt: skip
         results["paired"] = {}
@@ -641,9 +644,10 @@ def main() -> int:
             if "error" in pr:
                 print(f"    {pr['error']}")
                 continue
-            for name, title in (("plain", "plain DDP (gloo)"), ("trainer", "ptc Trainer"), ("ddp", "ptc Trainer, ddp=True")):
+            for name, title in (("plain", "plain DDP (gloo)"), ("hooked", "DDP + torch's Python hook"),
+                                ("trainer", "ptc Trainer"), ("ddp", "ptc Trainer, ddp=True")):  # fmt: skip
                 r = pr[name]
-                line = f"    {title:24} {r['wall_ms']:8.2f} ms  {r['cpu_ms']:7.2f} ms CPU"
+                line = f"    {title:26} {r['wall_ms']:8.2f} ms  {r['cpu_ms']:7.2f} ms CPU"
                 if name != "plain":
                     line += (f"   wall {r['wall_ms_overhead_pct']:+.1f} % {r['wall_ms_overhead_iqr_pct']}"
                              f"   CPU {r['cpu_ms_overhead_pct']:+.1f} % {r['cpu_ms_overhead_iqr_pct']}")  # fmt: skip

@@ -7,6 +7,8 @@ over the same ranks.  Each worker then holds three copies of ``ft_example``'s
 model, each with its own SGD optimizer:
 
 * ``plain``: torch's ``DistributedDataParallel`` on the ordinary gloo group (the reference);
+* ``hooked``: the same with torch's own Python communication hook
+  (``ddp_comm_hooks.default_hooks.allreduce_hook``): what any Python hook costs, fault tolerant or not;
 * ``trainer``: :class:`ptc.distributed.Trainer` on the fault-tolerant group;
 * ``ddp``: ``Trainer(..., ddp=True)`` (DDP with ptc's communication hook).
 
@@ -31,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("plain", "trainer", "ddp")
+VARIANTS = ("plain", "hooked", "trainer", "ddp")
 
 
 def _wide():
@@ -81,19 +83,26 @@ def main() -> int:
     def optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(model.parameters(), lr=LR)
 
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
     plain_model = DistributedDataParallel(make_model(), process_group=plain_pg)
     plain_opt = optimizer(plain_model)
+    hooked_model = DistributedDataParallel(make_model(), process_group=plain_pg)
+    hooked_model.register_comm_hook(plain_pg, allreduce_hook)
+    hooked_opt = optimizer(hooked_model)
     trainers = {}
     for name in ("trainer", "ddp"):
         model = make_model()
         trainers[name] = Trainer(ft, model, optimizer(model), ddp=name == "ddp")
     steps = {name: 0 for name in VARIANTS}
 
-    def plain_step() -> None:
-        plain_opt.zero_grad()
-        loss_of(plain_model, rank, steps["plain"]).backward()
-        plain_opt.step()
-        steps["plain"] += 1
+    def ddp_step(name: str, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad()
+        loss_of(model, rank, steps[name]).backward()
+        opt.step()
+        steps[name] += 1
+
+    reference = {"plain": (plain_model, plain_opt), "hooked": (hooked_model, hooked_opt)}
 
     def ptc_step(name: str) -> None:
         trainer = trainers[name]
@@ -103,13 +112,13 @@ def main() -> int:
     barrier = torch.zeros(1)
     blocks = []
     for block in range(args.warmup_blocks + args.blocks):
-        order = VARIANTS[block % 3:] + VARIANTS[: block % 3]
+        order = VARIANTS[block % len(VARIANTS):] + VARIANTS[: block % len(VARIANTS)]
         row = {}
         for name in order:
             plain_pg.allreduce([barrier]).wait()
             t, c = time.perf_counter(), time.process_time()
             for _ in range(args.block_steps):
-                plain_step() if name == "plain" else ptc_step(name)
+                ddp_step(name, *reference[name]) if name in reference else ptc_step(name)
             row[name] = {"wall_ms": (time.perf_counter() - t) * 1e3 / args.block_steps,
                          "cpu_ms": (time.process_time() - c) * 1e3 / args.block_steps}  # fmt: skip
         if block >= args.warmup_blocks:

@@ -141,16 +141,20 @@ def _step_digits(step: int, size: int, dtype: torch.dtype) -> List[int]:
     return [(step >> (bits * i)) & mask for i in range(-(-63 // bits))]
 
 
-def vote_flags(step: int, join_pending: bool, size: int, dtype: torch.dtype) -> torch.Tensor:
-    """``[1, join_pending, *digits]`` in ``dtype``: this member's vote, its join flag and its step.
+def vote_values(step: int, join_pending: bool, size: int, dtype: torch.dtype) -> List[int]:
+    """``[1, join_pending, *digits]``: this member's vote, its join flag and its step.
 
     The step (at most 63 bits) is written in base ``2**b`` with the largest ``b``
     for which ``size`` digits add up exactly in ``dtype`` (float64: 2 digits,
     float32: 3, bfloat16 with 4 members: 13), lowest digit first, so that the
     allreduce's sums are exact integers whatever the order of the additions.
     """
-    digits = _step_digits(step, size, dtype)
-    return torch.tensor([1.0, 1.0 if join_pending else 0.0, *digits], dtype=dtype)
+    return [1, 1 if join_pending else 0, *_step_digits(step, size, dtype)]
+
+
+def vote_flags(step: int, join_pending: bool, size: int, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`vote_values` as a tensor of ``dtype`` (what a member adds to the step's allreduce)."""
+    return torch.tensor(vote_values(step, join_pending, size, dtype), dtype=dtype)
 
 
 def read_vote(total: torch.Tensor, size: int, step: int) -> Tuple[int, int, bool]:
@@ -158,9 +162,57 @@ def read_vote(total: torch.Tensor, size: int, step: int) -> Tuple[int, int, bool
 
     Equivalent to ``sum(steps) == size * step``, digit by digit: equal steps always pass.
     """
-    values = [int(v) for v in total.tolist()]
-    same_step = all(v == size * d for v, d in zip(values[2:], _step_digits(step, size, total.dtype)))
-    return values[0], values[1], same_step
+    return read_summed_vote(total.tolist(), vote_values(step, False, size, total.dtype), size)
+
+
+def read_summed_vote(summed: List[float], vote: List[int], size: int) -> Tuple[int, int, bool]:
+    """:func:`read_vote` of the sums ``summed`` of ``size`` members' votes, ``vote`` being this member's
+    (:func:`vote_values`, its step digits are what every member's must be)."""
+    same_step = all(v == size * d for v, d in zip(summed[2:], vote[2:]))
+    return int(summed[0]), int(summed[1]), same_step
+
+
+def _host_view(t: torch.Tensor) -> Any:
+    """A NumPy array sharing ``t``'s memory, or None (not on the CPU, a dtype NumPy lacks: bfloat16)."""
+    if t.device.type != "cpu":
+        return None
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # bfloat16 (TypeError), NumPy missing (RuntimeError)
+        return None
+
+
+class _WireBuffer:
+    """One allreduce's buffer, kept under ``key`` for the next step's: ``flat`` is ``head`` (what
+    is averaged: gradients, or a copy of a DDP bucket) followed by ``tail`` (the vote, or nothing).
+
+    The vote is written and read through a NumPy view of the tail where the tail has one (on the
+    CPU, in a dtype NumPy knows), which spends no torch call on it; elsewhere through torch.
+    """
+
+    __slots__ = ("key", "flat", "head", "tail", "votes", "written", "_host")
+
+    def __init__(self, key: Any, numel: int, vote: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.key = key
+        self.flat = torch.empty(numel + vote, dtype=dtype, device=device)
+        self.head, self.tail = self.flat[:numel], self.flat[numel:]
+        self.votes = vote  # elements of the vote (0: none)
+        self.written: List[int] = []  # the vote written last (read_vote gives its sums after the allreduce)
+        self._host = _host_view(self.tail)
+
+    def fits(self, numel: int, vote: int, dtype: torch.dtype, device: torch.device) -> bool:
+        return (self.head.numel() == numel and self.votes == vote and self.flat.dtype == dtype
+                and self.flat.device == device)  # fmt: skip
+
+    def write_vote(self, values: List[int]) -> None:
+        self.written = values
+        if self._host is not None:
+            self._host[:] = values
+        else:
+            self.tail.copy_(torch.tensor(values, dtype=self.tail.dtype))
+
+    def read_vote(self) -> List[float]:
+        return self._host.tolist() if self._host is not None else self.tail.tolist()
 
 
 class Trainer:
@@ -193,8 +245,8 @@ class Trainer:
         self._numels = [_as_real(p).numel() for p in self._params]
         self._dtypes = {_as_real(p).dtype for p in self._params}
         self._hook_failure: Optional[BaseException] = None
-        self._hook_flags: Optional[torch.Tensor] = None
-        self._wire_buffers: Dict[Any, torch.Tensor] = {}
+        self._hook_flags: Optional[Tuple[List[float], List[int]]] = None  # (summed votes, this member's vote)
+        self._wire_buffers: Dict[Any, _WireBuffer] = {}
         self._hook_pending: List[tuple] = []  # buckets whose allreduce started, waited by the last one's hook
         self._hook_abandoned: List[Any] = []  # Works of failed steps that reduce in DDP's buckets in place
         if ddp_options is not None and not ddp:
@@ -318,54 +370,57 @@ class Trainer:
     def _attempt(self, compute: Callable[[StepInfo], Any]) -> bool:
         ft = self.group
         gen = ft._current()
-        info = StepInfo(self.step, ft.rank, ft.size, ft.worker_id, gen.number)
+        rank, size = gen.rank_of(ft.worker_id), len(gen.members)
+        info = StepInfo(self.step, rank, size, ft.worker_id, gen.number)
         if self._grad_flat is not None:
             self._grad_flat.zero_()
             for p, view in zip(self._params, self._grad_views):
                 if p.grad is not view:  # someone replaced it (or set it to None): a view again
                     p.grad = view
-        else:
-            self.optimizer.zero_grad(set_to_none=False)
+        else:  # zeroed in place: with DDP they are views of its buckets (gradient_as_bucket_view)
+            grads = []
             for p in self._params:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
+                else:
+                    grads.append(p.grad)
+            if grads:
+                torch._foreach_zero_(grads)
         self._hook_failure, self._hook_flags = None, None
         if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
             self._hook_finish(wait=False)
         if self._hook_abandoned:
             self._drain_abandoned()
-        ft.fault_point("step", self.step, ft.rank)
+        ft.fault_point("step", self.step, rank)
         compute(info)
         if self.model is self.module:
-            wire = wire_dtype(self._dtypes, ft.size)
-            flags = self._vote(wire)
-            k = flags.numel()
+            wire = wire_dtype(self._dtypes, size)
+            vote = self._vote(wire)
             if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
-                grads = self._grad_flat if self._grad_flat.dtype == wire else self._grad_flat.to(wire)
-                flat = self._allreduce_parts("trainer", [grads, flags])
+                sent = self._allreduce_wire("trainer", [self._grad_flat], wire, vote)
                 # the mean, divided straight into the gradients (the same IEEE division as p.grad / size)
-                torch.div(flat[:-k], ft.size, out=self._grad_flat)
+                torch.div(sent.head, size, out=self._grad_flat)
             else:  # mixed dtypes, or compute() replaced a gradient: one torch call per parameter
                 grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
-                flat = self._allreduce_parts("trainer", grads + [flags])
-                for p, summed in zip(self._params, flat[:-k].split(self._numels)):
+                sent = self._allreduce_wire("trainer", grads, wire, vote)
+                for p, summed in zip(self._params, sent.head.split(self._numels)):
                     grad = _as_real(p.grad)
-                    torch.div(summed.view_as(grad), ft.size, out=grad)
-            total = flat[-k:]
+                    torch.div(summed.view_as(grad), size, out=grad)
+            summed = sent.read_vote()
         else:
             if self._hook_failure is not None:
                 raise self._hook_failure
             if self._hook_flags is None:
                 raise PtcError("ddp=True: the gradient hook did not run for the last bucket (no parameter got a gradient?)")
-            total = self._hook_flags
-        votes, join, same_step = read_vote(total, ft.size, self.step)
-        committed = votes == ft.size and same_step
+            summed, vote = self._hook_flags
+        votes, join, same_step = read_summed_vote(summed, vote, size)
+        committed = votes == size and same_step
         if committed:
             self.optimizer.step()
             self.history.append((self.step, gen.number, tuple(gen.members)))
             self.step += 1
             if self.report_steps:
-                ft.event("commit", step=self.step, gen=gen.number, size=ft.size)
+                ft.event("commit", step=self.step, gen=gen.number, size=size)
         else:
             self._needs_sync = True
         if join > 0:
@@ -373,24 +428,29 @@ class Trainer:
             self._needs_sync = True
         return committed
 
-    def _wire_buffer(self, key: Any, parts: List[torch.Tensor]) -> torch.Tensor:
-        """``torch.cat(parts)`` (1-d, one dtype) in a buffer of the Trainer's own, for one allreduce.
+    def _wire_buffer(self, key: Any, numel: int, vote: int, dtype: torch.dtype, device: torch.device) -> _WireBuffer:
+        """A buffer of the Trainer's own for one allreduce: ``numel`` elements to average, then ``vote``.
 
         The buffer ``key`` had last time is used again (a fresh multi-megabyte buffer per step
         costs page faults), but the callers put a buffer back under its key only after its
         collective completed: one that failed may still be written by its abandoned collective,
         so it is never handed out again (its Work keeps it alive).
         """
-        numel = sum(part.numel() for part in parts)
         buffer = self._wire_buffers.pop(key, None)
-        if buffer is None or buffer.numel() != numel or buffer.dtype != parts[0].dtype:
-            buffer = torch.empty(numel, dtype=parts[0].dtype, device=parts[0].device)
-        return torch.cat(parts, out=buffer)
+        if buffer is None or not buffer.fits(numel, vote, dtype, device):
+            buffer = _WireBuffer(key, numel, vote, dtype, device)
+        return buffer
 
-    def _allreduce_parts(self, key: Any, parts: List[torch.Tensor]) -> torch.Tensor:
-        """The sum over the group of ``torch.cat(parts)``, in a :meth:`_wire_buffer`."""
-        buffer = self._wire_buffer(key, parts)
-        self.group._allreduce_owned(buffer)
+    def _allreduce_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int]) -> _WireBuffer:
+        """The sum over the group of ``torch.cat(parts)`` (1-d, converted to ``dtype``) and ``vote``, in a
+        :meth:`_wire_buffer`."""
+        buffer = self._wire_buffer(key, sum(part.numel() for part in parts), len(vote), dtype, parts[0].device)
+        if len(parts) == 1:
+            buffer.head.copy_(parts[0])
+        else:
+            torch.cat(parts, out=buffer.head)
+        buffer.write_vote(vote)
+        self.group._allreduce_owned(buffer.flat)
         self._wire_buffers[key] = buffer  # completed: safe to use again
         return buffer
 
@@ -410,19 +470,22 @@ class Trainer:
         wire = wire_dtype({buffer.dtype}, ft.size)
         in_place = buffer.dtype == wire and (
             not last or buffer.numel() * buffer.element_size() >= LAST_BUCKET_IN_PLACE_MIN_BYTES)
-        key = ("bucket", index)
-        # (what to reduce, its _wire_buffer key or None, the bucket it fills or None, where the vote starts or None)
+        vote = self._vote(wire) if last else []
+        # (what to reduce, its _wire_buffer or None, the bucket it fills or None)
         jobs: List[tuple] = []
         if in_place:
-            jobs.append((buffer, None, buffer, None))
+            jobs.append((buffer, None, buffer))
             if last:
-                jobs.append((self._vote(wire), None, None, 0))
+                sent = self._wire_buffer("vote", 0, len(vote), wire, buffer.device)
+                sent.write_vote(vote)
+                jobs.append((sent.flat, sent, None))
         else:
-            parts = [buffer if buffer.dtype == wire else buffer.to(wire)]
+            sent = self._wire_buffer(("bucket", index), buffer.numel(), len(vote), wire, buffer.device)
+            sent.head.copy_(buffer)
             if last:
-                parts.append(self._vote(wire))
-            jobs.append((self._wire_buffer(key, parts), key, buffer, buffer.numel() if last else None))
-        for n, (flat, flat_key, bucket, flags_at) in enumerate(jobs):
+                sent.write_vote(vote)
+            jobs.append((sent.flat, sent, buffer))
+        for n, (flat, sent, bucket) in enumerate(jobs):
             try:
                 gen, work = ft._allreduce_owned_start(flat)
             except (PeerFailure, Fenced) as failure:
@@ -430,8 +493,7 @@ class Trainer:
                 if n == 0:  # else the bucket's own allreduce went out: _hook_finish completes its future
                     future.set_result(buffer)
                 return
-            self._hook_pending.append((gen, work, flat_key, flat, bucket, future if bucket is not None else None,
-                                       flags_at))  # fmt: skip
+            self._hook_pending.append((gen, work, flat, sent, bucket, future if bucket is not None else None))
 
     def _hook_finish(self, wait: bool = True) -> None:
         """Wait for the started allreduces in order; average each bucket and complete its future
@@ -440,22 +502,21 @@ class Trainer:
         :meth:`_drain_abandoned`."""
         ft = self.group
         pending, self._hook_pending = self._hook_pending, []
-        for gen, work, key, flat, bucket, future, flags_at in pending:
+        for gen, work, flat, sent, bucket, future in pending:
             completed = False
             try:
                 if wait and self._hook_failure is None:
                     ft._await("allreduce", gen, work)
                     completed = True
                     if bucket is not None:
-                        n = bucket.numel()
                         if flat is bucket:
                             bucket.div_(ft.size)  # the mean, in place (the same IEEE division)
                         else:
-                            torch.div(flat[:n], ft.size, out=bucket)  # the mean, in one pass over the bucket
-                    if key is not None:
-                        self._wire_buffers[key] = flat  # completed: safe to use again
-                    if flags_at is not None:
-                        self._hook_flags = flat[flags_at:]  # read before the next step reuses the buffer
+                            torch.div(sent.head, ft.size, out=bucket)  # the mean, in one pass over the bucket
+                    if sent is not None:
+                        if sent.votes:
+                            self._hook_flags = (sent.read_vote(), sent.written)
+                        self._wire_buffers[sent.key] = sent  # completed: safe to use again
             except (PeerFailure, Fenced) as failure:
                 self._hook_failure = failure
             finally:
@@ -481,9 +542,9 @@ class Trainer:
         self.group.event("abandoned_allreduces_ended", count=len(works),
                          waited_ms=round((time.monotonic() - start) * 1e3, 3))  # fmt: skip
 
-    def _vote(self, dtype: torch.dtype) -> torch.Tensor:
-        """What this member adds to the step's allreduce after its gradients (see :func:`vote_flags`)."""
-        return vote_flags(self.step, self.group.join_pending, self.group.size, dtype)
+    def _vote(self, dtype: torch.dtype) -> List[int]:
+        """What this member adds to the step's allreduce after its gradients (see :func:`vote_values`)."""
+        return vote_values(self.step, self.group.join_pending, self.group.size, dtype)
 
     # --- DDP -------------------------------------------------------------------
 

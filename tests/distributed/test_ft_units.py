@@ -771,6 +771,28 @@ def test_the_wire_dtype_is_the_gradients_own_where_it_can_carry_the_vote():
         vote_flags(0, False, 128, torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_a_wire_buffer_carries_the_vote_through_numpy_or_torch(dtype):
+    """The vote is written into and read from a wire buffer's tail through a NumPy view where NumPy
+    has the dtype, through torch where not (bfloat16); both give the same elements."""
+    from ptc.distributed.ft_train import _WireBuffer, read_summed_vote, vote_values
+
+    cpu = torch.device("cpu")
+    vote = vote_values(12345, True, 3, dtype)
+    wire = _WireBuffer("k", 4, len(vote), dtype, cpu)
+    assert (wire._host is None) == (dtype == torch.bfloat16)
+    wire.head.copy_(torch.arange(4.0))
+    wire.write_vote(vote)
+    assert wire.flat.tolist() == [0, 1, 2, 3, *vote] and wire.written == vote
+    wire.flat.mul_(3)  # what an allreduce of three equal members leaves
+    assert wire.read_vote() == [3 * v for v in vote]
+    assert read_summed_vote(wire.read_vote(), vote, 3) == (3, 3, True)
+    assert read_summed_vote(wire.read_vote(), vote_values(12346, True, 3, dtype), 3)[2] is False
+    assert wire.fits(4, len(vote), dtype, cpu)
+    assert not wire.fits(5, len(vote), dtype, cpu) and not wire.fits(4, len(vote) + 1, dtype, cpu)
+    assert not wire.fits(4, len(vote), torch.float64 if dtype != torch.float64 else torch.float32, cpu)
+
+
 def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None):
     """Two members train ``make()`` on different batches; returns (trainers, (dtype, numel) of every
     gradient allreduce, batches)."""
@@ -876,7 +898,7 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
     for t in trainers:
         assert t.step == 3 and not t._hook_pending
         # the 4290-element bucket was reduced in place; the last ones (step 0's and the 256) were copied
-        assert sorted(b.numel() for b in t._wire_buffers.values()) == [256 + flags, 4546 + flags]
+        assert sorted(b.flat.numel() for b in t._wire_buffers.values()) == [256 + flags, 4546 + flags]
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
 
@@ -902,7 +924,7 @@ def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coord
         assert t.step == 3 and not t._hook_pending and not t._hook_abandoned
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
-        assert [b.numel() for b in t._wire_buffers.values()] == [256 + flags]  # only the copied bucket has one
+        assert [b.flat.numel() for b in t._wire_buffers.values()] == [flags, 256 + flags]  # the vote's and the copied bucket's
 
 
 def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
@@ -994,9 +1016,9 @@ def test_a_buffer_whose_allreduce_failed_is_never_handed_out_again():
     try:
         model = torch.nn.Linear(2, 1)
         trainer = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1))
-        parts = [torch.ones(4), torch.zeros(2)]
-        first = trainer._allreduce_parts("k", parts)
-        assert trainer._allreduce_parts("k", parts) is first  # completed: reused
+        parts, vote = [torch.ones(4), torch.full((2,), 2.0)], [1, 0, 7]
+        first = trainer._allreduce_wire("k", parts, torch.float32, vote)
+        assert trainer._allreduce_wire("k", parts, torch.float32, vote) is first  # completed: reused
         send = group._allreduce_owned
 
         def fail(buffer):
@@ -1005,10 +1027,11 @@ def test_a_buffer_whose_allreduce_failed_is_never_handed_out_again():
 
         group._allreduce_owned = fail
         with pytest.raises(PeerFailure):
-            trainer._allreduce_parts("k", parts)
+            trainer._allreduce_wire("k", parts, torch.float32, vote)
         group._allreduce_owned = send
-        again = trainer._allreduce_parts("k", parts)
-        assert again is not first and torch.equal(again, torch.cat(parts))
+        again = trainer._allreduce_wire("k", parts, torch.float32, vote)
+        assert again is not first and torch.equal(again.flat, torch.tensor([1.0, 1, 1, 1, 2, 2, 1, 0, 7]))
+        assert again.read_vote() == [1, 0, 7]
     finally:
         group.close()
         c.stop()
