@@ -804,15 +804,19 @@ class FaultTolerantGroup:
 
     def broadcast(self, tensor: torch.Tensor, src: int, *, group: Optional[Subgroup] = None) -> torch.Tensor:
         """In place: every member's ``tensor`` becomes rank ``src``'s."""
+        buffer = tensor.detach().clone()
+        self._broadcast_owned(buffer, src, group)
+        tensor.copy_(buffer)
+        return tensor
+
+    def _broadcast_owned(self, buffer: torch.Tensor, src: int, group: Optional[Subgroup] = None) -> None:
+        """:meth:`broadcast` into a buffer nobody else will touch (no copies)."""
         from torch.distributed import BroadcastOptions
 
-        buffer = tensor.detach().clone()
         options = BroadcastOptions()
         options.rootRank = int(src)
         options.rootTensor = 0
         self._run("broadcast", lambda pg: pg.broadcast([buffer], options), group)
-        tensor.copy_(buffer)
-        return tensor
 
     def barrier(self) -> None:
         """Wait until every member arrives (an allreduce of one element)."""

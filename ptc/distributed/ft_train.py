@@ -13,7 +13,7 @@ collective may raise PeerFailure::
 
     while True:
         if needs_sync: sync_state()          # after every generation change
-        optimizer.zero_grad(); compute(info)  # local forward + backward
+        zero the gradients; compute(info)     # local forward + backward
         flat = [*grads, vote=1, join_pending, *digits(step)]  # in the gradients' own dtype
         allreduce(flat)                       # one collective carries gradients and the vote
         if sum(vote) == size and sum(digits) == size * digits(step):  # every member contributed to this very step
@@ -56,7 +56,13 @@ see :meth:`Trainer._hook_start`).  The gradients are views
 of DDP's buckets (``gradient_as_bucket_view=True``, which spares DDP two
 copies of every gradient per step); ``ddp_options`` are passed on to
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``,
-or ``gradient_as_bucket_view=False``; not ``process_group``).
+or ``gradient_as_bucket_view=False``; not ``process_group``).  DDP's
+``forward_sync_buffers`` (on by default) is honoured over the fault-tolerant
+group: before every forward, each member's module buffers (batch-norm
+statistics...) become rank 0's, as with DDP; ``forward_sync_buffers=False``
+leaves each member its own.  Without ``ddp=True`` buffers are each member's
+own between generation changes, like parameters they are made equal by
+:meth:`Trainer.sync_state` after one.
 """
 
 from __future__ import annotations
@@ -101,7 +107,7 @@ def state_checksum(tensors: List[torch.Tensor], step: int) -> int:
     """CRC32 over the bytes of ``tensors`` and ``step``: equal iff bit-identical (up to CRC collisions)."""
     crc = zlib.crc32(int(step).to_bytes(8, "little", signed=True))
     for t in tensors:
-        t = t.detach().contiguous().cpu()
+        t = t.detach().contiguous().cpu().reshape(-1)  # 1-d: a 0-d tensor has no byte view (Adam's step, BN's count)
         crc = zlib.crc32(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", crc)
     return crc
 
@@ -253,6 +259,7 @@ class Trainer:
             raise PtcValueError("ddp_options: given without ddp=True")
         if "process_group" in (ddp_options or {}):
             raise PtcValueError("ddp_options: process_group is the Trainer's own (a process-local one; see ddp=True)")
+        self._ddp_sync_buffers = False  # DDP's forward_sync_buffers, done by the Trainer (_wrap_ddp)
         self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}) if ddp else model
         # without DDP, and where the gradients share one dtype: they are views of one flat buffer, so
         # a step zeroes, sends and averages them with a few torch calls whatever the number of tensors
@@ -392,6 +399,8 @@ class Trainer:
         if self._hook_abandoned:
             self._drain_abandoned()
         ft.fault_point("step", self.step, rank)
+        if self._ddp_sync_buffers:
+            self._broadcast_buffers(rank)
         compute(info)
         if self.model is self.module:
             wire = wire_dtype(self._dtypes, size)
@@ -563,8 +572,34 @@ class Trainer:
         # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
         # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
         ddp.register_comm_hook(weakref.ref(self), _ft_comm_hook)
+        # DDP would broadcast the module buffers over its process-local group, which changes nothing:
+        # the Trainer does it over the fault-tolerant group instead (_broadcast_buffers)
+        self._ddp_sync_buffers = bool(ddp.forward_sync_buffers)
+        ddp.forward_sync_buffers = False
         self._local_pg = local
         return ddp
+
+    def _broadcast_buffers(self, rank: int) -> None:
+        """DDP's ``forward_sync_buffers`` on the fault-tolerant group: every member's module
+        buffers (those DDP does not ignore) become rank ``0``'s, in one broadcast of their bytes."""
+        ignored = self.model.parameters_to_ignore
+        buffers = [b for name, b in self.module.named_buffers() if name not in ignored]
+        if not buffers:
+            return
+        with torch.no_grad():
+            flat = torch.cat([b.detach().reshape(-1).view(torch.uint8) for b in buffers])
+            self.group._broadcast_owned(flat, 0)
+            if rank == 0:
+                return  # the source: its buffers are what was sent
+            offset = 0
+            for b in buffers:
+                n = b.numel() * b.element_size()
+                part = flat[offset:offset + n]
+                offset += n
+                if b.is_contiguous():
+                    b.view(-1).view(torch.uint8).copy_(part)
+                else:
+                    b.copy_(part.clone().view(b.dtype).view(b.shape))
 
 
 def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them against its own types

@@ -793,9 +793,12 @@ def test_a_wire_buffer_carries_the_vote_through_numpy_or_torch(dtype):
     assert not wire.fits(4, len(vote), torch.float64 if dtype != torch.float64 else torch.float32, cpu)
 
 
-def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None):
+def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None, before_forward=None, optimizer=None,
+               then=None):  # fmt: skip
     """Two members train ``make()`` on different batches; returns (trainers, (dtype, numel) of every
-    gradient allreduce, batches)."""
+    gradient allreduce, batches).  ``before_forward(trainer, info)`` runs at the start of compute;
+    ``optimizer(params)`` makes the optimizers (SGD, lr 0.1); ``then(trainers)`` runs before the
+    groups close."""
     groups = _groups(coordinator, 2)
     wires, order = [], {}  # order: per worker, the DDP hook's starts and waits
     started = set()  # the works the DDP hook started
@@ -822,16 +825,23 @@ def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None):
         for g in groups:
             torch.manual_seed(0)
             model = make()
-            trainers.append(Trainer(g, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=ddp,
-                                    ddp_options=ddp_options))  # fmt: skip
+            opt = (optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)))(model.parameters())
+            trainers.append(Trainer(g, model, opt, ddp=ddp, ddp_options=ddp_options))
         dtype = next(make().parameters()).dtype
         batches = [torch.randn(6, 3, generator=torch.Generator().manual_seed(i), dtype=dtype) for i in range(2 * steps)]
 
+        def compute(t, info):
+            if before_forward is not None:
+                before_forward(t, info)
+            t.model(batches[2 * info.step + info.rank]).abs().pow(2).mean().backward()
+
         def run(t):
             for _ in range(steps):
-                t.run_step(lambda info: t.model(batches[2 * info.step + info.rank]).abs().pow(2).mean().backward())
+                t.run_step(lambda info: compute(t, info))
 
         _each(trainers, run)
+        if then is not None:
+            then(trainers)
         return trainers, wires, batches, order
     finally:
         for g in groups:
@@ -901,6 +911,54 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
         assert sorted(b.flat.numel() for b in t._wire_buffers.values()) == [256 + flags, 4546 + flags]
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_ddp_module_buffers_are_rank_0s_at_every_forward_as_with_ddp(coordinator, sync):
+    """DDP's forward_sync_buffers (default on) over the fault-tolerant group: at the start of each
+    forward every member holds rank 0's buffers (DDP's own broadcast would run on its process-local
+    group and change nothing); with forward_sync_buffers=False each member keeps its own."""
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+
+    seen = {}  # step -> rank -> the buffers as compute() found them
+    after = {}  # step -> rank 0's buffers after its forward
+
+    def before_forward(t, info):
+        seen.setdefault(info.step, {})[info.rank] = [b.clone() for b in t.module.buffers()]
+        if info.rank == 0 and info.step > 0:
+            after[info.step - 1] = seen[info.step][0]
+
+    trainers, _, _, _ = _train_two(coordinator, make, ddp=True, steps=3, before_forward=before_forward,
+                                   ddp_options=None if sync else {"forward_sync_buffers": False})  # fmt: skip
+    assert all(t.step == 3 and t.model.forward_sync_buffers is False for t in trainers)
+    for step in (1, 2):  # step 0 starts from equal buffers (same seed) either way
+        equal = all(torch.equal(a, b) for a, b in zip(seen[step][0], seen[step][1]))
+        assert equal is sync, (step, seen[step])
+    assert not torch.equal(seen[0][0][0], seen[2][0][0])  # the forwards did update them (running_mean)
+
+
+@pytest.mark.parametrize("ddp", [False, True])
+def test_a_model_with_batch_norm_and_adam_state_is_checksummed_and_synchronised(coordinator, ddp):
+    """0-d state tensors (BatchNorm's num_batches_tracked, Adam's step) have no byte view of their
+    own: the checksum reads them as 1-d.  Members whose batch-norm statistics differ are made equal."""
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+
+    sums = {}
+
+    def then(trainers):
+        sums["before"] = [t.checksum() for t in trainers]
+        _each(trainers, lambda t: t.sync_state())
+        sums["after"] = [t.checksum() for t in trainers]
+
+    trainers, _, _, _ = _train_two(coordinator, make, ddp=ddp, steps=2, then=then,
+                                   optimizer=lambda params: torch.optim.Adam(params, lr=0.01))  # fmt: skip
+    assert any(v.dim() == 0 for v in trainers[0].optimizer.state_dict()["state"][0].values())  # Adam's step
+    assert sums["before"][0] != sums["before"][1]  # each member's last forward updated its own statistics
+    assert sums["after"][0] == sums["after"][1] and trainers[0].syncs[-1]["bytes"] > 0
+    for a, b in zip(trainers[0].module.state_dict().values(), trainers[1].module.state_dict().values()):
+        assert torch.equal(a, b)
 
 
 def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
