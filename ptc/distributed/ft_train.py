@@ -17,7 +17,7 @@ collective may raise PeerFailure::
         flat = [*grads, vote=1, join_pending, *digits(step)]  # in the gradients' own dtype
         allreduce(flat)                       # one collective carries gradients and the vote
         if sum(vote) == size and sum(digits) == size * digits(step):  # every member contributed to this very step
-            grads = flat_grads / size; optimizer.step(); step += 1
+            grads = flat_grads / size; before_step(info); optimizer.step(); step += 1
         if sum(join_pending): grow()          # every member saw the same sum: same step boundary
         return
     # on PeerFailure: recover() (or rejoin() when fenced), needs_sync = True, and the same step again
@@ -337,9 +337,16 @@ class Trainer:
 
     # --- steps -----------------------------------------------------------------
 
-    def run_step(self, compute: Callable[[StepInfo], Any]) -> int:
+    def run_step(self, compute: Callable[[StepInfo], Any],
+                 before_step: Optional[Callable[[StepInfo], Any]] = None) -> int:  # fmt: skip
         """Run ``compute`` (forward and backward) until the step is committed
         by the group; returns the number of attempts it took.
+
+        ``before_step(info)``, if given, runs once the step is committed, with
+        the averaged gradients in place, right before ``optimizer.step()``:
+        the place for what a DDP loop does between ``backward()`` and
+        ``step()``, such as ``clip_grad_norm_`` (inside ``compute`` it would
+        see this member's own gradients, not their mean).
 
         Returns early (0 attempts, or without this step) when a state sync
         moved this member to the group's step (a joiner, or a member that
@@ -358,7 +365,7 @@ class Trainer:
                 if committed:
                     return attempts
                 attempts += 1
-                committed = self._attempt(compute)
+                committed = self._attempt(compute, before_step)
                 if committed and not self._needs_sync:
                     return attempts
             except Fenced:
@@ -374,7 +381,7 @@ class Trainer:
             self.group.rejoin()
         self._needs_sync = True
 
-    def _attempt(self, compute: Callable[[StepInfo], Any]) -> bool:
+    def _attempt(self, compute: Callable[[StepInfo], Any], before_step: Optional[Callable[[StepInfo], Any]] = None) -> bool:
         ft = self.group
         gen = ft._current()
         rank, size = gen.rank_of(ft.worker_id), len(gen.members)
@@ -420,11 +427,15 @@ class Trainer:
             if self._hook_failure is not None:
                 raise self._hook_failure
             if self._hook_flags is None:
-                raise PtcError("ddp=True: the gradient hook did not run for the last bucket (no parameter got a gradient?)")
+                raise PtcError("ddp=True: the gradient hook did not run for the last bucket: a parameter got no gradient "
+                               "in this step; DDP needs ddp_options={'find_unused_parameters': True} for a model that "
+                               "leaves parameters unused")  # fmt: skip
             summed, vote = self._hook_flags
         votes, join, same_step = read_summed_vote(summed, vote, size)
         committed = votes == size and same_step
         if committed:
+            if before_step is not None:
+                before_step(info)
             self.optimizer.step()
             self.history.append((self.step, gen.number, tuple(gen.members)))
             self.step += 1

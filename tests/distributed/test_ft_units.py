@@ -794,11 +794,11 @@ def test_a_wire_buffer_carries_the_vote_through_numpy_or_torch(dtype):
 
 
 def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None, before_forward=None, optimizer=None,
-               then=None):  # fmt: skip
+               then=None, before_step=None):  # fmt: skip
     """Two members train ``make()`` on different batches; returns (trainers, (dtype, numel) of every
     gradient allreduce, batches).  ``before_forward(trainer, info)`` runs at the start of compute;
     ``optimizer(params)`` makes the optimizers (SGD, lr 0.1); ``then(trainers)`` runs before the
-    groups close."""
+    groups close; ``before_step(trainer, info)`` is given to run_step."""
     groups = _groups(coordinator, 2)
     wires, order = [], {}  # order: per worker, the DDP hook's starts and waits
     started = set()  # the works the DDP hook started
@@ -837,7 +837,8 @@ def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None, before_f
 
         def run(t):
             for _ in range(steps):
-                t.run_step(lambda info: compute(t, info))
+                t.run_step(lambda info: compute(t, info),
+                           None if before_step is None else lambda info: before_step(t, info))  # fmt: skip
 
         _each(trainers, run)
         if then is not None:
@@ -854,8 +855,9 @@ def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None, before_f
         DistributedDataParallel._active_ddp_module = None
 
 
-def _replay_two(make, batches, steps=2):
-    """The same two members' steps in one process: the mean of their gradients, in the model's dtype."""
+def _replay_two(make, batches, steps=2, before_step=None):
+    """The same two members' steps in one process: the mean of their gradients, in the model's dtype
+    (``before_step(model)`` between the mean and the optimizer's step)."""
     torch.manual_seed(0)
     model = make()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -867,6 +869,8 @@ def _replay_two(make, batches, steps=2):
             grads.append([p.grad.clone() for p in model.parameters()])
         for p, a, b in zip(model.parameters(), *grads):
             p.grad = (a + b) / 2
+        if before_step is not None:
+            before_step(model)
         optimizer.step()
     return model
 
@@ -959,6 +963,59 @@ def test_a_model_with_batch_norm_and_adam_state_is_checksummed_and_synchronised(
     assert sums["after"][0] == sums["after"][1] and trainers[0].syncs[-1]["bytes"] > 0
     for a, b in zip(trainers[0].module.state_dict().values(), trainers[1].module.state_dict().values()):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("ddp", [False, True])
+def test_before_step_sees_the_averaged_gradients_and_can_clip_them(coordinator, ddp):
+    """run_step(compute, before_step): gradient clipping on the mean of the members' gradients,
+    as in a DDP loop (clipping inside compute would clip this member's own)."""
+    def make():
+        return torch.nn.Linear(3, 2)
+
+    def clip(module):
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 0.05)
+
+    calls = []
+
+    def before_step(t, info):
+        calls.append((t.group.worker_id, info.step))
+        clip(t.module)
+
+    trainers, _, batches, _ = _train_two(coordinator, make, ddp=ddp, steps=3, before_step=before_step)
+    assert sorted(calls) == [(w, s) for w in (0, 1) for s in range(3)]  # once per committed step, per member
+    expected = _replay_two(make, batches, steps=3, before_step=clip)
+    unclipped = _replay_two(make, batches, steps=3)
+    for t in trainers:
+        for p, e, u in zip(t.module.parameters(), expected.parameters(), unclipped.parameters()):
+            assert torch.equal(p, e), (p, e)
+        assert not all(torch.equal(p, u) for p, u in zip(t.module.parameters(), unclipped.parameters()))
+
+
+class _Unused(torch.nn.Module):
+    """``b`` takes no part in forward: it never gets a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.a(x)
+
+
+def test_a_parameter_without_gradient_under_ddp_names_find_unused_parameters(coordinator):
+    with pytest.raises(AssertionError, match=r"PtcError.*find_unused_parameters"):
+        _train_two(coordinator, _Unused, ddp=True, steps=1)
+
+
+def test_ddp_with_find_unused_parameters_trains_a_model_with_an_unused_parameter(coordinator):
+    trainers, _, _, _ = _train_two(coordinator, _Unused, ddp=True, steps=3, ddp_options={"find_unused_parameters": True})
+    assert all(t.step == 3 for t in trainers)
+    for a, b in zip(trainers[0].module.parameters(), trainers[1].module.parameters()):
+        assert torch.equal(a, b)
+    torch.manual_seed(0)
+    fresh = _Unused()  # as _train_two made them
+    assert torch.equal(trainers[0].module.b.weight, fresh.b.weight)  # no gradient: never moved
+    assert not torch.equal(trainers[0].module.a.weight, fresh.a.weight)
 
 
 def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
