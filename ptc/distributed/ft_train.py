@@ -74,7 +74,7 @@ import time
 import weakref
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -228,17 +228,30 @@ class Trainer:
     ``(step, generation, members)`` (worker ids whose gradients were averaged),
     which is enough to replay the run in one process.  ``report_steps=True``
     logs a ``commit`` event at the coordinator per committed step (timelines).
+    ``extra_state``: more objects with ``state_dict()`` and ``load_state_dict()``
+    (LR schedulers, a GradScaler, a data sampler's position) that travel with
+    the model and the optimizer whenever :meth:`sync_state` moves state (to a
+    joiner, to a member that missed a commit); they are not part of the
+    checksum, so they must follow from the committed steps (as a scheduler
+    stepped once per step does).
     """
 
     def __init__(self, group: FaultTolerantGroup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
                  ddp: bool = False, ddp_options: Optional[Dict[str, Any]] = None,
-                 report_steps: bool = False) -> None:  # fmt: skip
+                 report_steps: bool = False, extra_state: Sequence[Any] = ()) -> None:  # fmt: skip
         if not isinstance(group, FaultTolerantGroup):
             raise PtcTypeError(f"group: expected a FaultTolerantGroup, got {type(group).__name__}")
         if not isinstance(model, torch.nn.Module):
             raise PtcTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise PtcTypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if isinstance(extra_state, (str, bytes)) or not isinstance(extra_state, Sequence):
+            raise PtcTypeError(f"extra_state: expected a list of stateful objects, got {type(extra_state).__name__}")
+        for i, obj in enumerate(extra_state):
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise PtcTypeError(f"extra_state[{i}]: expected an object with state_dict() and load_state_dict() "
+                                   f"(an LR scheduler, a GradScaler), got {type(obj).__name__}")  # fmt: skip
+        self.extra_state = list(extra_state)
         self.group = group
         self.module = model
         self.optimizer = optimizer
@@ -318,7 +331,7 @@ class Trainer:
         if ft.rank == source:
             buffer = io.BytesIO()
             torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                        "history": self.history},
+                        "history": self.history, "extra": [obj.state_dict() for obj in self.extra_state]},
                        buffer)  # fmt: skip
             payload = buffer.getvalue()
         length = torch.tensor([len(payload)], dtype=torch.int64)
@@ -329,10 +342,15 @@ class Trainer:
         ft.broadcast(data, source)
         if ft.rank != source:
             state = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
+            if len(state["extra"]) != len(self.extra_state):
+                raise PtcValueError(f"extra_state: the source (rank {source}) has {len(state['extra'])} objects, this "
+                                    f"member {len(self.extra_state)}; every member must pass the same kinds")  # fmt: skip
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.step = int(state["step"])
             self.history = [(int(s), int(g), tuple(int(m) for m in ms)) for s, g, ms in state["history"]]
+            for obj, obj_state in zip(self.extra_state, state["extra"]):
+                obj.load_state_dict(obj_state)
         return int(length[0])
 
     # --- steps -----------------------------------------------------------------

@@ -1018,6 +1018,47 @@ def test_ddp_with_find_unused_parameters_trains_a_model_with_an_unused_parameter
     assert not torch.equal(trainers[0].module.a.weight, fresh.a.weight)
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_extra_state_travels_with_the_model_and_the_optimizer(coordinator):
+    """An LR scheduler passed as extra_state reaches a member that is behind (a joiner), so its next
+    scheduler.step() gives the group's learning rate, not a fresh schedule's."""
+    groups = _groups(coordinator, 2)
+    try:
+        trainers, schedulers = [], []
+        for g in groups:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(3, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            schedulers.append(torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5))
+            trainers.append(Trainer(g, model, opt, extra_state=[schedulers[-1]]))
+        for _ in range(3):  # rank 0 is three committed steps ahead; rank 1 is as a fresh joiner
+            schedulers[0].step()
+        trainers[0].step = 3
+        _each(trainers, lambda t: t.sync_state())
+        assert trainers[1].step == 3 and schedulers[1].state_dict() == schedulers[0].state_dict()
+        for s in schedulers:
+            s.step()
+        assert [t.optimizer.param_groups[0]["lr"] for t in trainers] == [0.1 * 0.5**4] * 2
+    finally:
+        for g in groups:
+            g.close()
+
+
+def test_extra_state_must_be_stateful_objects():
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(PtcTypeError, match=r"extra_state\[1\]: expected an object with state_dict\(\)"):
+            Trainer(group, model, opt, extra_state=[torch.optim.lr_scheduler.StepLR(opt, 1), object()])
+        with pytest.raises(PtcTypeError, match="extra_state: expected a list"):
+            Trainer(group, model, opt, extra_state=torch.optim.lr_scheduler.StepLR(opt, 1))
+    finally:
+        group.close()
+        c.stop()
+
+
 def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
     """Every bucket but the last is reduced in DDP's own bucket (no copy); the last one too when it has
     LAST_BUCKET_IN_PLACE_MIN_BYTES or more, its vote then in an allreduce of its own.  Same mean."""
