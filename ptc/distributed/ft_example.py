@@ -79,11 +79,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--fr-dir", default=None, help="record collectives with a Flight Recorder dumping here")
     parser.add_argument("--last-bucket-in-place-min-bytes", type=int, default=None,
                         help="with --ddp: ft_train.LAST_BUCKET_IN_PLACE_MIN_BYTES (0: every bucket in place)")
+    parser.add_argument("--ddp-hook-min-bytes", type=int, default=None,
+                        help="with --ddp: ft_train.DDP_HOOK_MIN_BYTES (0: the comm hook even for this small model)")
     args = parser.parse_args(argv)
-    if args.last_bucket_in_place_min_bytes is not None:
-        from ptc.distributed import ft_train
+    from ptc.distributed import ft_train
 
+    if args.last_bucket_in_place_min_bytes is not None:
         ft_train.LAST_BUCKET_IN_PLACE_MIN_BYTES = args.last_bucket_in_place_min_bytes
+    if args.ddp_hook_min_bytes is not None:
+        ft_train.DDP_HOOK_MIN_BYTES = args.ddp_hook_min_bytes
     started = time.time()
     recorder = None
     if args.fr_dir:

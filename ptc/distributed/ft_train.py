@@ -52,7 +52,11 @@ fails.  Each bucket's allreduce starts as soon as DDP hands it over,
 overlapping the rest of backward as with DDP's own hook, and runs in place
 in DDP's bucket like DDP's own (only a small last bucket is copied, with the
 vote; an abandoned one ends before the next attempt touches a gradient;
-see :meth:`Trainer._hook_start`).  The gradients are views
+see :meth:`Trainer._hook_start`).  A model whose gradients fit in one small
+bucket (under ``DDP_HOOK_MIN_BYTES``, 512 KiB, and DDP's bucket cap) has
+nothing to overlap: it gets no hook, DDP runs as under ``no_sync()``, and the
+Trainer reduces the gradients after backward as it does without DDP (a comm
+hook in Python costs more than such a model's whole allreduce).  The gradients are views
 of DDP's buckets (``gradient_as_bucket_view=True``, which spares DDP two
 copies of every gradient per step); ``ddp_options`` are passed on to
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``,
@@ -86,6 +90,13 @@ from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 # Measured here (one thread, warm cache): one more small collective costs its caller about 38 us,
 # a copy of 256 KiB 10 us and of 1 MiB 64 us.  Other buckets are always reduced in place.
 LAST_BUCKET_IN_PLACE_MIN_BYTES = 512 * 1024
+
+# With ddp=True, a model whose gradients take fewer bytes than this (and fit in one bucket of DDP's
+# bucket cap) gets no comm hook: DDP would hand them over as one bucket at the very end of backward,
+# so nothing could overlap, while a comm hook written in Python costs about 0.1-0.2 ms per step here
+# (measured: what torch's own Python allreduce hook costs).  DDP then runs as under no_sync() and the
+# Trainer reduces the gradients after backward, with the vote, as it does without DDP.
+DDP_HOOK_MIN_BYTES = 512 * 1024
 
 
 class StateDivergence(PtcError, RuntimeError):
@@ -273,11 +284,12 @@ class Trainer:
         if "process_group" in (ddp_options or {}):
             raise PtcValueError("ddp_options: process_group is the Trainer's own (a process-local one; see ddp=True)")
         self._ddp_sync_buffers = False  # DDP's forward_sync_buffers, done by the Trainer (_wrap_ddp)
+        self._ddp_hook = False  # ddp=True with ptc's comm hook (else the gradients are reduced after backward)
         self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}) if ddp else model
         # without DDP, and where the gradients share one dtype: they are views of one flat buffer, so
         # a step zeroes, sends and averages them with a few torch calls whatever the number of tensors
         self._grad_flat, self._grad_views = None, []
-        if not ddp and len(self._dtypes) == 1 and len({p.device for p in self._params}) == 1:
+        if not self._ddp_hook and len(self._dtypes) == 1 and len({p.device for p in self._params}) == 1:
             (dtype,) = self._dtypes
             self._grad_flat = torch.zeros(sum(self._numels), dtype=dtype, device=self._params[0].device)
             for p, part in zip(self._params, self._grad_flat.split(self._numels)):
@@ -427,7 +439,7 @@ class Trainer:
         if self._ddp_sync_buffers:
             self._broadcast_buffers(rank)
         compute(info)
-        if self.model is self.module:
+        if not self._ddp_hook:
             wire = wire_dtype(self._dtypes, size)
             vote = self._vote(wire)
             if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
@@ -597,10 +609,15 @@ class Trainer:
         local = _compat.gloo_process_group(HashStore(), 0, 1, datetime.timedelta(seconds=60))
         # gradients as views of DDP's buckets: DDP copies no gradient into a bucket and back
         ddp = DistributedDataParallel(model, process_group=local, **{"gradient_as_bucket_view": True, **options})
-        # the hook's state refers to the trainer weakly: a strong reference would make a cycle
-        # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
-        # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
-        ddp.register_comm_hook(weakref.ref(self), _ft_comm_hook)
+        grad_bytes = sum(_as_real(p).numel() * _as_real(p).element_size() for p in self._params)
+        self._ddp_hook = grad_bytes >= min(DDP_HOOK_MIN_BYTES, getattr(ddp, "bucket_bytes_cap", 0) + 1)
+        if self._ddp_hook:
+            # the hook's state refers to the trainer weakly: a strong reference would make a cycle
+            # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
+            # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
+            ddp.register_comm_hook(weakref.ref(self), _ft_comm_hook)
+        else:  # one small bucket at the end of backward: reduced by the Trainer after it (DDP_HOOK_MIN_BYTES)
+            ddp.require_backward_grad_sync = False  # what DDP's no_sync() sets
         # DDP would broadcast the module buffers over its process-local group, which changes nothing:
         # the Trainer does it over the fault-tolerant group instead (_broadcast_buffers)
         self._ddp_sync_buffers = bool(ddp.forward_sync_buffers)

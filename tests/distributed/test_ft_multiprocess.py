@@ -42,20 +42,23 @@ def test_kill_inside_allreduce_then_restart_rejoins(tmp_path, engine):
     assert any(e["bytes"] > 0 for e in outcome.result.of("state_synced") if e["gen"] == gens[-1]["gen"]), text
 
 
-@pytest.mark.parametrize("in_place", [False, True], ids=["copied", "in_place"])
-def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, in_place):
-    """torch DDP with ptc's comm hook: the victim dies inside the bucket allreduce; backward never fails on survivors.
-    The model has one (small) bucket, copied with the vote by default; in_place: it is reduced in DDP's own
-    buffer (the vote alone after it), so the survivors' abandoned allreduce must end before their next
-    attempt touches the gradients."""
-    # copied: collectives 1-4 are the initial state sync; collective 4 + s + 1 is step s's gradient bucket
-    # in place: collective 4 + 2 s + 1 is step s's bucket, the next one its vote
-    extra, k = (["--last-bucket-in-place-min-bytes", "0"], 19) if in_place else ([], 20)
+@pytest.mark.parametrize("path", ["after_backward", "copied", "in_place"])
+def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, path):
+    """torch DDP around the model: the victim dies inside the gradient allreduce; backward never fails on
+    survivors.  The model's gradients are one small bucket: by default they get no comm hook and are
+    reduced after backward (after_backward); with the hook forced (DDP_HOOK_MIN_BYTES 0) the bucket is
+    copied with the vote (copied), or reduced in DDP's own buffer with the vote alone after it (in_place),
+    so the survivors' abandoned allreduce must end before their next attempt touches the gradients."""
+    # after_backward, copied: collectives 1-4 are the initial state sync; collective 4 + s + 1 is step s's
+    # gradients; in place: collective 4 + 2 s + 1 is step s's bucket, the next one its vote
+    hook = ["--ddp-hook-min-bytes", "0"]
+    extra, k = {"after_backward": ([], 20), "copied": (hook, 20),
+                "in_place": (hook + ["--last-bucket-in-place-min-bytes", "0"], 19)}[path]  # fmt: skip
     outcome = run_scenario(tmp_path, 3, steps=30, ddp=True, faults=[F.kill_in_collective(k, worker=1)], extra=extra)
     check_consistent(outcome, expect_workers=[0, 2])
     assert _failed(outcome, 1), outcome.describe()
     ended = outcome.result.of("abandoned_allreduces_ended")
-    if in_place:
+    if path == "in_place":
         # a survivor whose bucket allreduce did not complete waited for it before its next attempt; one that
         # completed it (the victim's data can go out before the kill) fails only in the vote, and has nothing
         # to wait for (test_the_next_attempt_waits_for_abandoned_in_place_allreduces checks the wait itself)

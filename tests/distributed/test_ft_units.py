@@ -877,12 +877,22 @@ def _replay_two(make, batches, steps=2, before_step=None):
 
 @pytest.mark.parametrize(
     "dtype, ddp",
-    [(torch.float32, False), (torch.float32, True), (torch.complex64, False), (torch.bfloat16, False)],
+    [(torch.float32, False), (torch.float32, True), (torch.float32, "hook"), (torch.complex64, False),
+     (torch.bfloat16, False)],
 )
-def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordinator, dtype, ddp):
-    """float32 gradients are not doubled to float64 on the wire; complex ones keep their imaginary part."""
+def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordinator, dtype, ddp, monkeypatch):
+    """float32 gradients are not doubled to float64 on the wire; complex ones keep their imaginary part.
+    Under DDP this small model gets no comm hook (reduced after backward), unless DDP_HOOK_MIN_BYTES says so."""
+    from ptc.distributed import ft_train
+
+    if ddp == "hook":
+        monkeypatch.setattr(ft_train, "DDP_HOOK_MIN_BYTES", 0)
     make = lambda: torch.nn.Linear(3, 2, dtype=dtype)  # noqa: E731
-    trainers, wires, batches, _ = _train_two(coordinator, make, ddp=ddp)
+    trainers, wires, batches, order = _train_two(coordinator, make, ddp=bool(ddp))
+    assert all(t._ddp_hook is (ddp == "hook") for t in trainers)
+    assert any(order.values()) is (ddp == "hook"), order  # the hook's starts and waits
+    if ddp is True:  # DDP itself reduces nothing (as under no_sync()); the Trainer did, after backward
+        assert all(t.model.require_backward_grad_sync is False for t in trainers)
     real = torch.float32 if dtype == torch.complex64 else dtype
     numel = sum(torch.view_as_real(p).numel() if p.is_complex() else p.numel() for p in make().parameters())
     flags = vote_flags(0, False, 2, real).numel()
@@ -1002,7 +1012,10 @@ class _Unused(torch.nn.Module):
         return self.a(x)
 
 
-def test_a_parameter_without_gradient_under_ddp_names_find_unused_parameters(coordinator):
+def test_a_parameter_without_gradient_under_ddp_names_find_unused_parameters(coordinator, monkeypatch):
+    from ptc.distributed import ft_train
+
+    monkeypatch.setattr(ft_train, "DDP_HOOK_MIN_BYTES", 0)  # the comm hook even for this small model
     with pytest.raises(AssertionError, match=r"PtcError.*find_unused_parameters"):
         _train_two(coordinator, _Unused, ddp=True, steps=1)
 
