@@ -421,7 +421,7 @@ class Trainer:
             for p, view in zip(self._params, self._grad_views):
                 if p.grad is not view:  # someone replaced it (or set it to None): a view again
                     p.grad = view
-        else:  # zeroed in place: with DDP they are views of its buckets (gradient_as_bucket_view)
+        else:  # zeroed in place: under ptc's DDP hook they are views of DDP's buckets (gradient_as_bucket_view)
             grads = []
             for p in self._params:
                 if p.grad is None:
@@ -620,7 +620,7 @@ class Trainer:
             ddp.require_backward_grad_sync = False  # what DDP's no_sync() sets
         # DDP would broadcast the module buffers over its process-local group, which changes nothing:
         # the Trainer does it over the fault-tolerant group instead (_broadcast_buffers)
-        self._ddp_sync_buffers = bool(ddp.forward_sync_buffers)
+        self._ddp_sync_buffers = bool(ddp.will_sync_module_buffers())  # on, and the module has buffers (as DDP)
         ddp.forward_sync_buffers = False
         self._local_pg = local
         return ddp
