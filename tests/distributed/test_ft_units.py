@@ -1057,21 +1057,6 @@ def test_extra_state_travels_with_the_model_and_the_optimizer(coordinator):
             g.close()
 
 
-def test_extra_state_must_be_stateful_objects():
-    c = Coordinator(world_size=1).start()
-    (group,) = _groups(c, 1)
-    try:
-        model = torch.nn.Linear(2, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with pytest.raises(PtcTypeError, match=r"extra_state\[1\]: expected an object with state_dict\(\)"):
-            Trainer(group, model, opt, extra_state=[torch.optim.lr_scheduler.StepLR(opt, 1), object()])
-        with pytest.raises(PtcTypeError, match="extra_state: expected a list"):
-            Trainer(group, model, opt, extra_state=torch.optim.lr_scheduler.StepLR(opt, 1))
-    finally:
-        group.close()
-        c.stop()
-
-
 def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
     """Every bucket but the last is reduced in DDP's own bucket (no copy); the last one too when it has
     LAST_BUCKET_IN_PLACE_MIN_BYTES or more, its vote then in an allreduce of its own.  Same mean."""
@@ -1129,12 +1114,16 @@ def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
         c.stop()
 
 
-def test_ddp_options_are_checked():
+def test_ddp_options_and_extra_state_are_checked():
     c = Coordinator(world_size=1).start()
     (group,) = _groups(c, 1)
     try:
         model = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(PtcTypeError, match=r"extra_state\[1\]: expected an object with state_dict\(\)"):
+            Trainer(group, model, opt, extra_state=[torch.optim.lr_scheduler.StepLR(opt, 1), object()])
+        with pytest.raises(PtcTypeError, match="extra_state: expected a list"):
+            Trainer(group, model, opt, extra_state=torch.optim.lr_scheduler.StepLR(opt, 1))
         with pytest.raises(PtcValueError, match="ddp_options: given without ddp=True"):
             Trainer(group, model, opt, ddp_options={"bucket_cap_mb": 1})
         with pytest.raises(PtcValueError, match="process_group is the Trainer's own"):
