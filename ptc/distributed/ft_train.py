@@ -491,15 +491,21 @@ class Trainer:
             buffer = _WireBuffer(key, numel, vote, dtype, device)
         return buffer
 
-    def _allreduce_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int]) -> _WireBuffer:
-        """The sum over the group of ``torch.cat(parts)`` (1-d, converted to ``dtype``) and ``vote``, in a
-        :meth:`_wire_buffer`."""
-        buffer = self._wire_buffer(key, sum(part.numel() for part in parts), len(vote), dtype, parts[0].device)
+    def _filled_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int],
+                     device: torch.device) -> _WireBuffer:  # fmt: skip
+        """A :meth:`_wire_buffer` holding ``torch.cat(parts)`` (1-d, converted to ``dtype``), then ``vote``."""
+        buffer = self._wire_buffer(key, sum(part.numel() for part in parts), len(vote), dtype, device)
         if len(parts) == 1:
             buffer.head.copy_(parts[0])
-        else:
+        elif parts:
             torch.cat(parts, out=buffer.head)
-        buffer.write_vote(vote)
+        if vote:
+            buffer.write_vote(vote)
+        return buffer
+
+    def _allreduce_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int]) -> _WireBuffer:
+        """The sum over the group of :meth:`_filled_wire`'s buffer."""
+        buffer = self._filled_wire(key, parts, dtype, vote, parts[0].device if parts else torch.device("cpu"))
         self.group._allreduce_owned(buffer.flat)
         self._wire_buffers[key] = buffer  # completed: safe to use again
         return buffer
@@ -526,14 +532,10 @@ class Trainer:
         if in_place:
             jobs.append((buffer, None, buffer))
             if last:
-                sent = self._wire_buffer("vote", 0, len(vote), wire, buffer.device)
-                sent.write_vote(vote)
+                sent = self._filled_wire("vote", [], wire, vote, buffer.device)
                 jobs.append((sent.flat, sent, None))
         else:
-            sent = self._wire_buffer(("bucket", index), buffer.numel(), len(vote), wire, buffer.device)
-            sent.head.copy_(buffer)
-            if last:
-                sent.write_vote(vote)
+            sent = self._filled_wire(("bucket", index), [buffer], wire, vote, buffer.device)
             jobs.append((sent.flat, sent, buffer))
         for n, (flat, sent, bucket) in enumerate(jobs):
             try:
@@ -610,7 +612,8 @@ class Trainer:
         # gradients as views of DDP's buckets: DDP copies no gradient into a bucket and back
         ddp = DistributedDataParallel(model, process_group=local, **{"gradient_as_bucket_view": True, **options})
         grad_bytes = sum(_as_real(p).numel() * _as_real(p).element_size() for p in self._params)
-        self._ddp_hook = grad_bytes >= min(DDP_HOOK_MIN_BYTES, getattr(ddp, "bucket_bytes_cap", 0) + 1)
+        one_small_bucket = grad_bytes < DDP_HOOK_MIN_BYTES and grad_bytes <= getattr(ddp, "bucket_bytes_cap", -1)
+        self._ddp_hook = not one_small_bucket
         if self._ddp_hook:
             # the hook's state refers to the trainer weakly: a strong reference would make a cycle
             # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
