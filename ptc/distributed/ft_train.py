@@ -478,23 +478,20 @@ class Trainer:
             self._needs_sync = True
         return committed
 
-    def _wire_buffer(self, key: Any, numel: int, vote: int, dtype: torch.dtype, device: torch.device) -> _WireBuffer:
-        """A buffer of the Trainer's own for one allreduce: ``numel`` elements to average, then ``vote``.
+    def _filled_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int],
+                     device: torch.device) -> _WireBuffer:  # fmt: skip
+        """A buffer of the Trainer's own for one allreduce, holding ``torch.cat(parts)`` (1-d,
+        converted to ``dtype``), then ``vote``.
 
         The buffer ``key`` had last time is used again (a fresh multi-megabyte buffer per step
         costs page faults), but the callers put a buffer back under its key only after its
         collective completed: one that failed may still be written by its abandoned collective,
         so it is never handed out again (its Work keeps it alive).
         """
+        numel = sum(part.numel() for part in parts)
         buffer = self._wire_buffers.pop(key, None)
-        if buffer is None or not buffer.fits(numel, vote, dtype, device):
-            buffer = _WireBuffer(key, numel, vote, dtype, device)
-        return buffer
-
-    def _filled_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int],
-                     device: torch.device) -> _WireBuffer:  # fmt: skip
-        """A :meth:`_wire_buffer` holding ``torch.cat(parts)`` (1-d, converted to ``dtype``), then ``vote``."""
-        buffer = self._wire_buffer(key, sum(part.numel() for part in parts), len(vote), dtype, device)
+        if buffer is None or not buffer.fits(numel, len(vote), dtype, device):
+            buffer = _WireBuffer(key, numel, len(vote), dtype, device)
         if len(parts) == 1:
             buffer.head.copy_(parts[0])
         elif parts:
@@ -517,7 +514,7 @@ class Trainer:
         gradients themselves, with ``gradient_as_bucket_view``), like DDP's own hook does; the
         last one only if it has ``LAST_BUCKET_IN_PLACE_MIN_BYTES`` or more, since the vote then
         needs an allreduce of its own, issued right after it.  Other buckets travel in a
-        :meth:`_wire_buffer` (the last one's with the vote appended: one collective).  In place
+        :meth:`_filled_wire` buffer (the last one's with the vote appended: one collective).  In place
         is safe because no abandoned collective outlives the recovery: both engines end a
         replaced generation's pending collectives at once (see ``ft_group._retire``), and
         :meth:`_drain_abandoned` waits for them before the next attempt touches a gradient.
@@ -527,7 +524,7 @@ class Trainer:
         in_place = buffer.dtype == wire and (
             not last or buffer.numel() * buffer.element_size() >= LAST_BUCKET_IN_PLACE_MIN_BYTES)
         vote = self._vote(wire) if last else []
-        # (what to reduce, its _wire_buffer or None, the bucket it fills or None)
+        # (what to reduce, its _filled_wire buffer or None, the bucket it fills or None)
         jobs: List[tuple] = []
         if in_place:
             jobs.append((buffer, None, buffer))
