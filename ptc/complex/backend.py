@@ -180,7 +180,8 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
     op, exactly as in eager; the compiled graph only adds AOTAutograd's and
     Inductor's per-call wrappers (and, for a lone complex elementwise op, a
     kernel that interleaves its output more slowly than ATen's vectorised
-    one). Graphs without complex values are never library-bound here: they
+    one). A graph with a library op that ptc runs faster through real views
+    (:data:`ptc.complex.rules.LIBRARY_RULES`: GEMV) is not library-bound. Graphs without complex values are never library-bound here: they
     compile exactly as with stock Inductor.
     """
     if not any(
@@ -200,6 +201,8 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
             has_complex = True
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
+        if node.target in _rules.LIBRARY_RULES:
+            return False  # ptc runs it faster than its complex kernel (a GEMV as a real GEMM)
         if node.target in _LIBRARY_SET:
             library += 1
         elif node.target.overloadpacket.__name__ not in _FREE:
@@ -244,10 +247,7 @@ class ComplexBackend:
 
     def _inner(self, inner_compile, gm, example_inputs, **kwargs):
         new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report)
-        with warnings.catch_warnings(), vector_bitcasts():
-            # complex graph inputs feed only zero-copy views now; Inductor's
-            # "no code generation for complex operators" warning no longer applies
-            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
+        with vector_bitcasts():
             if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config
 
@@ -269,7 +269,11 @@ class ComplexBackend:
         patches = config_patches(self.vectorize)
         patches.update(self.options)
         inner = functools.partial(self._inner, compile_fx_inner)
-        with functorch_config.patch(enable_autograd_cache=False):
+        with functorch_config.patch(enable_autograd_cache=False), warnings.catch_warnings():
+            # Inductor's "no code generation for complex operators" does not apply: the graphs it
+            # lowers read complex values through real views (its joint-graph passes, which run on
+            # the graph before ptc's rewrite, would say it otherwise)
+            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
             return compile_fx(
                 gm,
                 example_inputs,

@@ -50,7 +50,10 @@ def coverage() -> List[CoverageEntry]:
     """Every op ptc knows about, with its status, group and a note, sorted by group then name."""
     entries = [CoverageEntry(_name(op), "decomposed", r.group, r.note) for op, r in _rules.RULES.items()]
     entries += [CoverageEntry("view_as_real.default", "decomposed", "boundary", "the pair's planes, no copy")]
-    entries += [CoverageEntry(_name(op), "library", "linalg/fft", "ATen kernel, zero-copy boundary") for op in _rules.LIBRARY]
+    entries += [
+        CoverageEntry(_name(op), "library", "linalg/fft", _rules.LIBRARY_NOTES.get(op, "ATen kernel, zero-copy boundary"))
+        for op in _rules.LIBRARY
+    ]
     entries += [CoverageEntry(_name(op), "raises", "raises", "raises for complex, as eager") for op in _rules.RAISES]
     entries += [CoverageEntry(n, "fallback", g, note) for n, g, note in KNOWN_FALLBACKS]
     order = {"boundary": 0, "elementwise": 1, "movement": 2, "reduction": 3, "backward": 4, "linalg/fft": 5, "raises": 6}

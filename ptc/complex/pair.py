@@ -51,7 +51,7 @@ def is_paired(value) -> bool:
 class Pair:
     """The complex tensor ``re + 1j*im`` as two real tensors (see the module docstring)."""
 
-    __slots__ = ("re", "im", "dtype", "_source", "imag_only", "value")
+    __slots__ = ("re", "im", "dtype", "_source", "imag_only", "value", "same_values")
 
     def __init__(
         self,
@@ -74,6 +74,9 @@ class Pair:
         self._source = source
         self.imag_only = False  # re is exactly 0 where im is finite (theta * 1j), see rules._exp
         self.value: Optional[complex] = None  # the Python number of a 0-d constant pair
+        #: a tensor with this pair's values that is not its own (the input a ``clone`` copied):
+        #: library kernels may read it, it is never handed out as a result (see :meth:`readable`)
+        self.same_values: Optional[Callable[[], torch.Tensor]] = None
 
     # --- construction -------------------------------------------------------
 
@@ -170,6 +173,19 @@ class Pair:
         source = z
         self._source = lambda: source
         return z
+
+    def readable(self) -> torch.Tensor:
+        """A complex tensor with this value for a kernel that only reads it (no copy where one exists).
+
+        The source; else the tensor a ``clone``/``contiguous``/``resolve_conj``
+        of it was made from (``same_values``; it may carry a conj bit and
+        any strides); else :meth:`complex`.
+        """
+        if self._source is None and self.same_values is not None:
+            z = self.same_values()
+            if z.dtype == self.dtype:
+                return z
+        return self.complex()
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor], source_fn=None) -> "Pair":
         """Apply a real, linear, layout-only ``fn`` to both parts (views, data movement).

@@ -11,8 +11,9 @@ value as a :class:`~ptc.complex.pair.Pair`:
   folded into signs);
 * each complex op runs its rule from :mod:`ptc.complex.rules`, which emits
   real ATen ops that Inductor fuses like any real code;
-* ops without a rule, library ops (GEMM, FFT, linalg) and ops that raise for
-  complex in eager run on their ATen kernel: pairs with a source pass the
+* ops without a rule, library ops (GEMM, FFT, linalg; GEMV as a real GEMM,
+  :mod:`ptc.complex.gemv`) and ops that raise for complex in eager run on
+  their ATen kernel: pairs with a source pass the
   source tensor itself, others are interleaved once, and complex results come
   back as views;
 * complex graph outputs are the source tensor when there is one, else one
@@ -143,6 +144,11 @@ class _PairInterpreter(fx.Interpreter):
         args = self._numbers_as_tensors(target, args, out_meta)
         if target in _LIBRARY:
             self.report.library[name] += 1
+            through_real = _rules.LIBRARY_RULES.get(target)
+            if through_real is not None:
+                result = through_real(_rules.Ctx(target, out_meta), *args, **kwargs)
+                if result is not NotImplemented:
+                    return result
             return self._aten(target, args, kwargs)
         if target is aten.view_as_real.default and isinstance(args[0], Pair):
             self.report.rewritten[name] += 1

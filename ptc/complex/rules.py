@@ -13,7 +13,7 @@ kernel (see :mod:`ptc.complex.rewrite`). Rules are grouped as in the issue:
 * ``backward``: the formulas autograd emits (tanh_backward, ...).
 
 Ops in :data:`LIBRARY` (GEMM, GEMV, linalg, FFT) deliberately keep their ATen
-kernels; ops in :data:`RAISES` raise for complex in eager and keep doing so.
+kernels (GEMV as a real GEMM on the matrix's own memory, :data:`LIBRARY_RULES`); ops in :data:`RAISES` raise for complex in eager and keep doing so.
 
 Formulas follow the scalar ``c10::complex`` / C99 Annex G definitions eager
 uses, including the scaled (Smith) division and the overflow-safe ``abs``
@@ -29,12 +29,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from ptc.complex import gemv as _gemv
 from ptc.complex.pair import Pair, complex_dtype, is_paired, join, real_dtype
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-__all__ = ["Rule", "RULES", "LIBRARY", "RAISES", "Ctx", "lookup"]
+__all__ = ["Rule", "RULES", "LIBRARY", "LIBRARY_RULES", "RAISES", "Ctx", "lookup"]
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,12 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
       aten.lift_fresh_copy.default, aten.detach.default,
       group="boundary", note="values unchanged; materialised only where needed")
 def _same_values(ctx, x, *args, **kwargs):
-    return Pair(x.re, x.im, x.dtype)
+    out = Pair(x.re, x.im, x.dtype)
+    if x.has_source:
+        out.same_values = x._source
+    else:
+        out.same_values = x.same_values
+    return out
 
 
 @rule(aten._conj.default, aten.conj.default, group="boundary", note="conj bit: negated imaginary part")
@@ -1201,6 +1207,13 @@ LIBRARY = [
         "triangular_solve.default", "_fft_c2c.out",
     )
 ]
+
+#: library ops reached through real views of their complex operands (the op stays a BLAS call);
+#: each returns NotImplemented where it does not apply, and the op then runs on its complex kernel
+LIBRARY_RULES: Dict[torch._ops.OpOverload, Callable] = {aten.mv.default: _gemv.mv}
+
+#: what coverage() says of a library op that has one of those
+LIBRARY_NOTES = {aten.mv.default: "real GEMM over the matrix's interleaved memory (ptc.complex.gemv)"}
 
 #: ops that raise for complex inputs in eager; under ptc they raise the same way (they run on ATen)
 RAISES = [

@@ -1,0 +1,166 @@
+"""``mv`` as a real GEMM over the matrix's interleaved memory (ptc.complex.gemv).
+
+Each layout is checked twice: the result against eager, and which kernel the
+rewritten graph calls (the real ``mm`` where the layout allows it, ATen's
+complex ``mv`` where it does not).
+"""
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._functorch.aot_autograd import aot_function
+
+import ptc.complex as pc
+from ptc.complex.rewrite import rewrite
+
+from .helpers import rel_close
+
+aten = torch.ops.aten
+
+
+def _rewritten(fn, *args):
+    """``(result, [targets of every rewritten graph])`` for ``fn(*args)`` under ptc's rewrite, run eagerly."""
+    graphs = []
+
+    def compiler(gm, inputs):
+        new = rewrite(gm, inputs, decompositions=pc.decompositions())
+        graphs.append([n.target for n in new.graph.nodes if n.op == "call_function"])
+        return make_boxed_func(new)
+
+    out = aot_function(fn, fw_compiler=compiler, bw_compiler=compiler, decompositions=pc.decompositions())(*args)
+    return out, graphs
+
+
+def _matrix(layout, dtype, gen):
+    m, n = 7, 5
+    if layout == "row":
+        return torch.randn(m, n, dtype=dtype, generator=gen)
+    if layout == "row_conj":
+        return torch.randn(m, n, dtype=dtype, generator=gen).conj()
+    if layout == "row_padded":  # rows further apart than their length (a column slice)
+        return torch.randn(m, n + 3, dtype=dtype, generator=gen)[:, 1 : n + 1]
+    if layout == "col":
+        return torch.randn(n, m, dtype=dtype, generator=gen).t()
+    if layout == "col_conj":
+        return torch.randn(n, m, dtype=dtype, generator=gen).mH
+    if layout == "strided":  # neither dim has unit stride
+        return torch.randn(2 * m, 2 * n, dtype=dtype, generator=gen)[::2, ::2]
+    raise AssertionError(layout)
+
+
+THROUGH_REAL_GEMM = ["row", "row_conj", "row_padded", "col", "col_conj"]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=["c64", "c128"])
+@pytest.mark.parametrize("layout", THROUGH_REAL_GEMM + ["strided"])
+def test_mv_layouts(layout, dtype):
+    gen = torch.Generator().manual_seed(0)
+    a = _matrix(layout, dtype, gen)
+    x = torch.randn(a.shape[1], dtype=dtype, generator=gen)
+    got, graphs = _rewritten(torch.mv, a, x)
+    rel_close(got, torch.mv(a, x), dtype)
+    (targets,) = graphs
+    if layout in THROUGH_REAL_GEMM:
+        assert aten.mm.default in targets and aten.mv.default not in targets, targets
+        assert targets.count(aten.view_as_real.default) >= 1  # the matrix is read where it lies
+    else:
+        assert aten.mv.default in targets and aten.mm.default not in targets, targets
+
+
+def _largest_write(fn, *args):
+    """The most elements any non-view op of the rewritten graphs writes."""
+    seen = []
+
+    def compiler(gm, inputs):
+        new = rewrite(gm, inputs, decompositions=pc.decompositions())
+        for n in new.graph.nodes:
+            val = n.meta.get("val")
+            is_view = n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and any(
+                r.alias_info is not None for r in n.target._schema.returns
+            )
+            if n.op == "call_function" and isinstance(val, torch.Tensor) and not is_view:
+                seen.append(val.numel())
+        return make_boxed_func(new)
+
+    aot_function(fn, fw_compiler=compiler, bw_compiler=compiler, decompositions=pc.decompositions())(*args)
+    return max(seen)
+
+
+@pytest.mark.parametrize("view", ["mH", "t", "conj"])
+def test_mv_of_a_view_made_in_the_graph_reads_the_input(view):
+    """``u.mH @ x`` inside the function: the graph clones the view, ptc reads the input instead.
+
+    Nothing as large as the matrix is written (the GEMM's operands are views of ``u``).
+    """
+    gen = torch.Generator().manual_seed(3)
+    u = torch.randn(9, 8, dtype=torch.complex64, generator=gen)
+    make = {"mH": lambda u: u.mH, "t": lambda u: u.t(), "conj": lambda u: u.conj()}[view]
+    x = torch.randn(make(u).shape[1], dtype=torch.complex64, generator=gen)
+
+    def f(u, x):
+        return make(u) @ x
+
+    got, (targets,) = _rewritten(f, u, x)
+    rel_close(got, f(u, x), torch.complex64)
+    assert aten.mv.default not in targets
+    assert _largest_write(f, u, x) < u.numel()
+
+
+def test_mv_computed_matrix_and_vector():
+    """Neither operand is a graph input: the matrix is interleaved once, the vector feeds the GEMM."""
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(6, 4, dtype=torch.complex64, generator=gen)
+    x = torch.randn(4, dtype=torch.complex64, generator=gen)
+
+    def f(a, x):
+        return ((a * 2j) @ torch.exp(x)) + 1
+
+    got, (targets,) = _rewritten(f, a, x)
+    rel_close(got, f(a, x), torch.complex64)
+    assert aten.mv.default not in targets
+
+
+def test_mv_gradients():
+    """Both of mv's backward products (outer for the matrix, mv with a^H for the vector) match eager."""
+    gen = torch.Generator().manual_seed(2)
+    a0 = torch.randn(6, 4, dtype=torch.complex128, generator=gen)
+    x0 = torch.randn(4, dtype=torch.complex128, generator=gen)
+
+    def grads(fn):
+        a, x = a0.clone().requires_grad_(), x0.clone().requires_grad_()
+        (fn(a, x).abs() ** 2).sum().backward()
+        return a.grad, x.grad
+
+    def f(a, x):
+        return torch.mv(a, x)
+
+    ref = grads(f)
+    got = grads(lambda a, x: _rewritten(f, a, x)[0])
+    for g, r in zip(got, ref):
+        rel_close(g, r, torch.complex128)
+
+
+def test_mv_special_values():
+    """Non-finite exactly where eager's GEMV is; each part's inf/nan as the elementwise product's sum.
+
+    BLAS does not define how inf and nan travel through a complex GEMV (MKL's
+    kernel turns ``inf * 1`` into ``nan + nanj``); the real GEMM gives what
+    ``(a * x).sum(-1)`` gives with eager's complex multiply (``inf + nanj``).
+    """
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor(
+        [[1 + 1j, 2, 0], [complex(inf, 0), 1j, 0], [0, 0, complex(0, inf)], [1, 1, complex(nan, 0)]],
+        dtype=torch.complex64,
+    )
+    x = torch.tensor([1, 0, 1], dtype=torch.complex64)
+    got, _ = _rewritten(torch.mv, a, x)
+    assert torch.equal(torch.isfinite(got), torch.isfinite(torch.mv(a, x)))
+    by_parts = torch.view_as_real((a * x).sum(-1))
+    assert torch.equal(torch.isnan(torch.view_as_real(got)), torch.isnan(by_parts))
+    assert torch.equal(torch.isinf(torch.view_as_real(got)), torch.isinf(by_parts))
+    rel_close(got[:1], torch.mv(a, x)[:1], torch.complex64)
+
+
+def test_coverage_says_how_mv_runs():
+    (entry,) = [e for e in pc.coverage() if e.op == "mv.default"]
+    assert entry.status == "library" and "real GEMM" in entry.note
