@@ -180,7 +180,7 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
     op, exactly as in eager; the compiled graph only adds AOTAutograd's and
     Inductor's per-call wrappers (and, for a lone complex elementwise op, a
     kernel that interleaves its output more slowly than ATen's vectorised
-    one). A graph with a library op that ptc runs faster through real views
+    one). A graph with a library op that ptc calls in a faster form
     (:data:`ptc.complex.rules.LIBRARY_RULES`: GEMV) is not library-bound. Graphs without complex values are never library-bound here: they
     compile exactly as with stock Inductor.
     """
@@ -202,7 +202,7 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if node.target in _rules.LIBRARY_RULES:
-            return False  # ptc runs it faster than its complex kernel (a GEMV as a real GEMM)
+            return False  # ptc runs it faster than eager does (a GEMV as a one-column GEMM)
         if node.target in _LIBRARY_SET:
             library += 1
         elif node.target.overloadpacket.__name__ not in _FREE:

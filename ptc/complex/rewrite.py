@@ -11,8 +11,8 @@ value as a :class:`~ptc.complex.pair.Pair`:
   folded into signs);
 * each complex op runs its rule from :mod:`ptc.complex.rules`, which emits
   real ATen ops that Inductor fuses like any real code;
-* ops without a rule, library ops (GEMM, FFT, linalg; GEMV as a real GEMM,
-  :mod:`ptc.complex.gemv`) and ops that raise for complex in eager run on
+* ops without a rule, library ops (GEMM, FFT, linalg; GEMV as a one-column
+  GEMM, :mod:`ptc.complex.gemv`) and ops that raise for complex in eager run on
   their ATen kernel: pairs with a source pass the
   source tensor itself, others are interleaved once, and complex results come
   back as views;

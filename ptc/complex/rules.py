@@ -13,7 +13,7 @@ kernel (see :mod:`ptc.complex.rewrite`). Rules are grouped as in the issue:
 * ``backward``: the formulas autograd emits (tanh_backward, ...).
 
 Ops in :data:`LIBRARY` (GEMM, GEMV, linalg, FFT) deliberately keep their ATen
-kernels (GEMV as a real GEMM on the matrix's own memory, :data:`LIBRARY_RULES`); ops in :data:`RAISES` raise for complex in eager and keep doing so.
+kernels (GEMV as a one-column GEMM, :data:`LIBRARY_RULES`); ops in :data:`RAISES` raise for complex in eager and keep doing so.
 
 Formulas follow the scalar ``c10::complex`` / C99 Annex G definitions eager
 uses, including the scaled (Smith) division and the overflow-safe ``abs``
@@ -1208,12 +1208,12 @@ LIBRARY = [
     )
 ]
 
-#: library ops reached through real views of their complex operands (the op stays a BLAS call);
-#: each returns NotImplemented where it does not apply, and the op then runs on its complex kernel
+#: library ops that ptc calls in a faster form (still a BLAS call on the complex values); each
+#: returns NotImplemented where it does not apply, and the op then runs on its own kernel
 LIBRARY_RULES: Dict[torch._ops.OpOverload, Callable] = {aten.mv.default: _gemv.mv}
 
 #: what coverage() says of a library op that has one of those
-LIBRARY_NOTES = {aten.mv.default: "real GEMM over the matrix's interleaved memory (ptc.complex.gemv)"}
+LIBRARY_NOTES = {aten.mv.default: "one-column complex GEMM, conj bit moved to the vectors (ptc.complex.gemv)"}
 
 #: ops that raise for complex inputs in eager; under ptc they raise the same way (they run on ATen)
 RAISES = [
