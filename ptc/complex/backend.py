@@ -181,7 +181,8 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
     Inductor's per-call wrappers (and, for a lone complex elementwise op, a
     kernel that interleaves its output more slowly than ATen's vectorised
     one). A graph with a library op that ptc calls in a faster form
-    (:data:`ptc.complex.rules.LIBRARY_RULES`: GEMV) is not library-bound. Graphs without complex values are never library-bound here: they
+    (:data:`ptc.complex.rules.LIBRARY_RULES`: GEMV) is not library-bound.
+    Graphs without complex values are never library-bound here: they
     compile exactly as with stock Inductor.
     """
     if not any(

@@ -12,10 +12,9 @@ value as a :class:`~ptc.complex.pair.Pair`:
 * each complex op runs its rule from :mod:`ptc.complex.rules`, which emits
   real ATen ops that Inductor fuses like any real code;
 * ops without a rule, library ops (GEMM, FFT, linalg; GEMV as a one-column
-  GEMM, :mod:`ptc.complex.gemv`) and ops that raise for complex in eager run on
-  their ATen kernel: pairs with a source pass the
-  source tensor itself, others are interleaved once, and complex results come
-  back as views;
+  GEMM, :mod:`ptc.complex.gemv`) and ops that raise for complex in eager run
+  on their ATen kernel: pairs with a source pass the source tensor itself,
+  others are interleaved once, and complex results come back as views;
 * complex graph outputs are the source tensor when there is one, else one
   interleaving store (:func:`~ptc.complex.pair.join`) fused into the kernel
   that computes them, laid out
@@ -144,9 +143,9 @@ class _PairInterpreter(fx.Interpreter):
         args = self._numbers_as_tensors(target, args, out_meta)
         if target in _LIBRARY:
             self.report.library[name] += 1
-            through_real = _rules.LIBRARY_RULES.get(target)
-            if through_real is not None:
-                result = through_real(_rules.Ctx(target, out_meta), *args, **kwargs)
+            faster_form = _rules.LIBRARY_RULES.get(target)
+            if faster_form is not None:
+                result = faster_form(_rules.Ctx(target, out_meta), *args, **kwargs)
                 if result is not NotImplemented:
                     return result
             return self._aten(target, args, kwargs)

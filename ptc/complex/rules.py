@@ -13,7 +13,8 @@ kernel (see :mod:`ptc.complex.rewrite`). Rules are grouped as in the issue:
 * ``backward``: the formulas autograd emits (tanh_backward, ...).
 
 Ops in :data:`LIBRARY` (GEMM, GEMV, linalg, FFT) deliberately keep their ATen
-kernels (GEMV as a one-column GEMM, :data:`LIBRARY_RULES`); ops in :data:`RAISES` raise for complex in eager and keep doing so.
+kernels (GEMV as a one-column GEMM, :data:`LIBRARY_RULES`); ops in
+:data:`RAISES` raise for complex in eager and keep doing so.
 
 Formulas follow the scalar ``c10::complex`` / C99 Annex G definitions eager
 uses, including the scaled (Smith) division and the overflow-safe ``abs``
