@@ -18,7 +18,7 @@ from ptc.complex.pair import Pair
 
 aten = torch.ops.aten
 
-__all__ = ["mv"]
+__all__ = ["mv", "addmv"]
 
 
 def mv(ctx, a, x):
@@ -54,3 +54,30 @@ def mv(ctx, a, x):
     if neg:
         re, im = -re, -im
     return Pair(re, im, a.dtype)
+
+
+def _scaled(pair: Pair, factor):
+    """``factor * pair`` for a Python number ``factor`` (a real one scales both parts, as eager's ``mul``)."""
+    f = complex(factor)
+    if f == 1:
+        return pair.re, pair.im
+    if f.imag == 0:
+        return pair.re * f.real, pair.im * f.real
+    return pair.re * f.real - pair.im * f.imag, pair.re * f.imag + pair.im * f.real
+
+
+def addmv(ctx, self_, mat, vec, *, beta=1, alpha=1):
+    """``addmv``, i.e. ``beta * self + alpha * (mat @ vec)``, with the product from :func:`mv`.
+
+    As in eager, ``beta == 0`` ignores ``self`` (its nan and inf do not propagate).
+    """
+    if not isinstance(self_, Pair) or isinstance(beta, torch.Tensor) or isinstance(alpha, torch.Tensor):
+        return NotImplemented
+    y = mv(ctx, mat, vec)
+    if y is NotImplemented:
+        return NotImplemented
+    re, im = _scaled(y, alpha)
+    if complex(beta) != 0:
+        s_re, s_im = _scaled(self_, beta)
+        re, im = re + s_re, im + s_im
+    return Pair(re, im, y.dtype)

@@ -1211,10 +1211,13 @@ LIBRARY = [
 
 #: library ops that ptc calls in a faster form (still a BLAS call on the complex values); each
 #: returns NotImplemented where it does not apply, and the op then runs on its own kernel
-LIBRARY_RULES: Dict[torch._ops.OpOverload, Callable] = {aten.mv.default: _gemv.mv}
+LIBRARY_RULES: Dict[torch._ops.OpOverload, Callable] = {aten.mv.default: _gemv.mv, aten.addmv.default: _gemv.addmv}
 
 #: what coverage() says of a library op that has one of those
-LIBRARY_NOTES = {aten.mv.default: "one-column complex GEMM, conj bit moved to the vectors (ptc.complex.gemv)"}
+LIBRARY_NOTES = {
+    aten.mv.default: "one-column complex GEMM, conj bit moved to the vectors (ptc.complex.gemv)",
+    aten.addmv.default: "beta * self + alpha * mv, mv as a one-column complex GEMM (ptc.complex.gemv)",
+}
 
 #: ops that raise for complex inputs in eager; under ptc they raise the same way (they run on ATen)
 RAISES = [

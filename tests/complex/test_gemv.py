@@ -203,3 +203,22 @@ def test_mv_property(m, n, dtype, a_layout, x_layout, seed):
     got, ref = run(lambda a, x: _rewritten(f, a, x)[0]), run(f)
     for g, r in zip(got, ref):
         rel_close(g, r, dtype)
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2), (1j, -1j), (0, 1), (0, 3 + 1j)])
+@pytest.mark.parametrize("self_shape", [(7,), (1,)])
+def test_addmv(beta, alpha, self_shape):
+    """beta * self + alpha * (a @ x) through the one-column GEMM; beta == 0 ignores self's nan, as eager."""
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(5, 7, dtype=torch.complex64, generator=gen).t()
+    x = torch.randn(5, dtype=torch.complex64, generator=gen)
+    s = torch.randn(self_shape, dtype=torch.complex64, generator=gen)
+    if beta == 0:
+        s[0] = complex(float("nan"), float("inf"))
+
+    def f(s, a, x):
+        return torch.addmv(s, a, x, beta=beta, alpha=alpha)
+
+    got, (targets,) = _rewritten(f, s, a, x)
+    rel_close(got, f(s, a, x), torch.complex64)
+    assert aten.mm.default in targets and aten.addmv.default not in targets, targets
