@@ -58,12 +58,14 @@ def mv(ctx, a, x):
 
 def _scaled(pair: Pair, factor):
     """``factor * pair`` for a Python number ``factor`` (a real one scales both parts, as eager's ``mul``)."""
+    from ptc.complex.rules import cmul  # (rules imports this module)
+
     f = complex(factor)
     if f == 1:
         return pair.re, pair.im
     if f.imag == 0:
         return pair.re * f.real, pair.im * f.real
-    return pair.re * f.real - pair.im * f.imag, pair.re * f.imag + pair.im * f.real
+    return cmul((pair.re, pair.im), (f.real, f.imag))
 
 
 def addmv(ctx, self_, mat, vec, *, beta=1, alpha=1):

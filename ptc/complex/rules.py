@@ -278,10 +278,7 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
       group="boundary", note="values unchanged; materialised only where needed")
 def _same_values(ctx, x, *args, **kwargs):
     out = Pair(x.re, x.im, x.dtype)
-    if x.has_source:
-        out.same_values = x._source
-    else:
-        out.same_values = x.same_values
+    out.same_values = x._source if x.has_source else x.same_values
     return out
 
 
