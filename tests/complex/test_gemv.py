@@ -21,16 +21,32 @@ aten = torch.ops.aten
 
 
 def _rewritten(fn, *args):
-    """``(result, [targets of every rewritten graph])`` for ``fn(*args)`` under ptc's rewrite, run eagerly."""
+    """``(result, [every rewritten graph])`` for ``fn(*args)`` under ptc's rewrite, run eagerly."""
     graphs = []
 
     def compiler(gm, inputs):
-        new = rewrite(gm, inputs, decompositions=pc.decompositions())
-        graphs.append([n.target for n in new.graph.nodes if n.op == "call_function"])
-        return make_boxed_func(new)
+        graphs.append(rewrite(gm, inputs, decompositions=pc.decompositions()))
+        return make_boxed_func(graphs[-1])
 
     out = aot_function(fn, fw_compiler=compiler, bw_compiler=compiler, decompositions=pc.decompositions())(*args)
     return out, graphs
+
+
+def _targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _largest_write(gm):
+    """The most elements any non-view op of ``gm`` writes."""
+    seen = []
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        is_view = n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and any(
+            r.alias_info is not None for r in n.target._schema.returns
+        )
+        if n.op == "call_function" and isinstance(val, torch.Tensor) and not is_view:
+            seen.append(val.numel())
+    return max(seen)
 
 
 def _matrix(layout, dtype, gen):
@@ -63,30 +79,11 @@ def test_mv_layouts(layout, dtype):
     gen = torch.Generator().manual_seed(0)
     a = _matrix(layout, dtype, gen)
     x = torch.randn(a.shape[1], dtype=dtype, generator=gen)
-    got, graphs = _rewritten(torch.mv, a, x)
+    got, (gm,) = _rewritten(torch.mv, a, x)
     rel_close(got, torch.mv(a, x), dtype)
-    (targets,) = graphs
+    targets = _targets(gm)
     assert aten.mm.default in targets and aten.mv.default not in targets, targets
-    assert _largest_write(torch.mv, a, x) < a.numel()  # the matrix is read where it lies
-
-
-def _largest_write(fn, *args):
-    """The most elements any non-view op of the rewritten graphs writes."""
-    seen = []
-
-    def compiler(gm, inputs):
-        new = rewrite(gm, inputs, decompositions=pc.decompositions())
-        for n in new.graph.nodes:
-            val = n.meta.get("val")
-            is_view = n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and any(
-                r.alias_info is not None for r in n.target._schema.returns
-            )
-            if n.op == "call_function" and isinstance(val, torch.Tensor) and not is_view:
-                seen.append(val.numel())
-        return make_boxed_func(new)
-
-    aot_function(fn, fw_compiler=compiler, bw_compiler=compiler, decompositions=pc.decompositions())(*args)
-    return max(seen)
+    assert _largest_write(gm) < a.numel()  # the matrix is read where it lies
 
 
 @pytest.mark.parametrize("view", ["mH", "t", "conj"])
@@ -103,10 +100,10 @@ def test_mv_of_a_view_made_in_the_graph_reads_the_input(view):
     def f(u, x):
         return make(u) @ x
 
-    got, (targets,) = _rewritten(f, u, x)
+    got, (gm,) = _rewritten(f, u, x)
     rel_close(got, f(u, x), torch.complex64)
-    assert aten.mv.default not in targets
-    assert _largest_write(f, u, x) < u.numel()
+    assert aten.mv.default not in _targets(gm)
+    assert _largest_write(gm) < u.numel()
 
 
 def test_mv_computed_matrix_and_vector():
@@ -118,9 +115,9 @@ def test_mv_computed_matrix_and_vector():
     def f(a, x):
         return ((a * 2j) @ torch.exp(x)) + 1
 
-    got, (targets,) = _rewritten(f, a, x)
+    got, (gm,) = _rewritten(f, a, x)
     rel_close(got, f(a, x), torch.complex64)
-    assert aten.mv.default not in targets
+    assert aten.mv.default not in _targets(gm)
 
 
 def test_mv_gradients():
@@ -219,6 +216,7 @@ def test_addmv(beta, alpha, self_shape):
     def f(s, a, x):
         return torch.addmv(s, a, x, beta=beta, alpha=alpha)
 
-    got, (targets,) = _rewritten(f, s, a, x)
+    got, (gm,) = _rewritten(f, s, a, x)
     rel_close(got, f(s, a, x), torch.complex64)
+    targets = _targets(gm)
     assert aten.mm.default in targets and aten.addmv.default not in targets, targets
