@@ -94,9 +94,10 @@ def capability(name: str) -> str:
 
         if not _compat.DISTRIBUTED:
             return "unavailable (torch.distributed not built)"
-        if _compat.PROCESS_GROUP_HOOKS:
-            return "any backend via PG hooks; torchfrtrace-readable dumps"
-        return "any backend via PG method wrapper; torchfrtrace-readable dumps"
+        from ptc.distributed import fr_native
+
+        via = "PG hooks" if _compat.PROCESS_GROUP_HOOKS else "PG method wrapper"
+        return f"any backend via {via}; torchfrtrace-readable dumps; native core: {fr_native.status()}"
     if name == "fault_tolerance":
         from ptc import _compat
 

@@ -20,17 +20,30 @@ failed        the call raised, or its Work finished with an error (``error``
               holds the message; the time as for completed)
 ============  ==============================================================
 
-The end time is the moment ``Work.wait()`` returned in Python, which for
-synchronous calls (``dist.all_reduce(t)``) is when the collective finished.
-Works that nobody waits on in Python (the DDP reducer's, those consumed
-through ``get_future()``) are seen finished at the next recorded call, or by
-the watchdog within ``poll_interval``, so their end time is an upper bound.
-(A done-callback on the Work's future would be exact for those too, but on
-gloo it runs in the backend's thread and costs 5-15 % of a 1 MB all_reduce;
-see :mod:`ptc.distributed.fr_capture`.)
+Two cores keep the records (``core=``):
+
+``"native"`` (:mod:`ptc.distributed.fr_native`, a C++ extension built once per
+    torch version): the ring buffer and the per-call work are C++.  The end
+    time is when the Work's future completed, from a callback the backend's
+    own thread runs without the GIL, so it is exact for every Work, waited or
+    not (DDP's buckets included); a Work without a future (gloo's send/recv)
+    is watched by a poller thread and ends within a millisecond of its
+    ``wait()`` returning.  Where torch has C++ process-group hooks (2.14) a
+    recorded call runs no Python at all.
+``"python"``: the records are Python objects.  The end time is the moment
+    ``Work.wait()`` returned in Python, which for synchronous calls
+    (``dist.all_reduce(t)``) is when the collective finished; Works nobody
+    waits on in Python (the DDP reducer's, those consumed through
+    ``get_future()``) are seen finished at the next recorded call, or by the
+    watchdog within ``poll_interval``, so their end time is an upper bound.
+    (A Python done-callback would be exact, but it must take the GIL in the
+    backend's thread: 5-15 % of a 1 MB gloo all_reduce.)
+``"auto"`` (default): native when it is already built for this torch (it never
+    starts a 30-40 s build by itself) and ``record_stacks`` is off.
 
 Python stacks are recorded only with ``record_stacks=True`` (off by default:
-it costs a frame walk per call).
+it costs a frame walk per call), and only by the Python core.  Both cores
+write the same dumps, field for field.
 
 Dumps are pickles in torch's Flight Recorder format (``version`` "2.10",
 ``pg_config``, ``pg_status``, ``entries`` with the same keys as native
@@ -44,7 +57,9 @@ and ``ptc fr-trace DIR`` both read a directory of them.  A dump is written:
 * on a signal: ``dump_signal=signal.SIGUSR1``.  The signal wakes the recorder's
   own thread through ``signal.set_wakeup_fd``, so a process whose main thread
   is blocked inside a collective still dumps at once;
-* when a recorded call fails (``dump_on_failure``, default on);
+* when a recorded call fails (``dump_on_failure``, default on; the native
+  core's callback wakes the recorder's thread, which dumps within
+  milliseconds);
 * when a call is still unfinished after the group's timeout (the watchdog;
   ``timeout=`` overrides the group's);
 * on a peer's request: with ``store=``, a recorder that dumps because of a
@@ -70,16 +85,16 @@ collective methods for as long as any recorder is attached, dispatching per
 group, and restores them when the last one detaches (cheaper per call, blind
 to C++-issued calls).  Both wrap ``Work.wait`` while attached, for end times.
 Either way recording starts only when you attach and stops when you detach or
-close; importing ptc changes nothing in torch.  ptc records in its own Python
-buffer and never enables torch's native recorder, so nothing is recorded twice.
+close; importing ptc changes nothing in torch.  ptc records in its own buffer
+and never enables torch's native recorder, so nothing is recorded twice.
 
-What recording costs (``benchmarks/flight_recorder.py``): about 5-6 us per call
-with the wrapper and 10 us with hooks (5 of them torch's own hook dispatch),
-measured warm on a one-rank group on a 2-core machine.  Inside a real loop the
-same code runs with cold caches (a 1 MB all_reduce evicts them between calls)
-and costs several times more: on that machine the main thread's CPU time per
-1 MB gloo all_reduce grows by about 40-60 us with the recorder on, against a
-step of 1-2.5 ms, i.e. 2-4 %, with hooks at the top of that range.
+What recording costs (``benchmarks/flight_recorder.py``, 2 ranks, 1 MB gloo
+all_reduce, 2-core machine): with the native core, the main thread's CPU time
+per call grows by about 0-1 us through torch 2.14's C++ hooks and about 24 us
+through the method wrapper (torch 2.13), against a 2.4-2.5 ms step (0.02 % and
+1 %); warm, alone, 0-1 and 3 us per call.  The Python core costs 34-44 us per
+call in the loop (1.4-1.8 %; cold caches: a 1 MB all_reduce evicts them
+between calls) and 7-8 us warm.
 """
 
 from __future__ import annotations
@@ -105,7 +120,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, cast
 import torch
 
 from ptc import _compat
-from ptc.distributed import fr_capture
+from ptc.distributed import fr_capture, fr_native
 from ptc.distributed.fr_ops import IN_PLACE_KINDS, KINDS, P2P_KINDS, describe, kind_name, profiling_prefix
 from ptc.errors import FeatureUnavailable, PtcTypeError, PtcValueError
 
@@ -267,8 +282,32 @@ def _work_error(work: Any) -> Optional[BaseException]:
 
 
 def _short(exc: BaseException, limit: int = 500) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    return _short_text(f"{type(exc).__name__}: {exc}", limit)
+
+
+def _short_text(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+CORES = ("auto", "native", "python")
+
+
+def _native_core(core: Any, record_stacks: bool) -> Any:
+    """The native core's module for ``core`` (None: the Python core records)."""
+    if core not in CORES:
+        raise PtcValueError(f"core={core!r}: expected 'auto', 'native' or 'python'")
+    if core == "python" or (core == "auto" and record_stacks):
+        return None
+    if core == "native":
+        if record_stacks:
+            raise PtcValueError("record_stacks=True needs core='python' (or 'auto'): stacks are Python's to walk")
+        return fr_native.load(build=True)
+    try:
+        return fr_native.load(build=False)
+    except Exception as exc:  # noqa: BLE001 - a broken cache must not stop recording: say so, use Python
+        warnings.warn(f"ptc FlightRecorder: the native core did not load ({_short(exc)}); recording in Python",
+                      RuntimeWarning, stacklevel=3)  # fmt: skip
+        return None
 
 
 def _check_distributed() -> None:
@@ -390,6 +429,10 @@ class FlightRecorder:
         poll_interval: seconds between the watchdog's timeout checks and store polls.
         capture: ``"auto"``, ``"hooks"`` or ``"wrapper"`` (see
             :mod:`ptc.distributed.fr_capture`).
+        core: where records are kept and calls are timed: ``"native"`` (ptc's
+            C++ core, :mod:`ptc.distributed.fr_native`; built on first use),
+            ``"python"``, or ``"auto"`` (native when it is already built for
+            this torch and ``record_stacks`` is off, else python).
 
     Use as a context manager, or call :meth:`close`, to stop recording and
     release the groups, threads and signal handler.
@@ -410,6 +453,7 @@ class FlightRecorder:
         dump_signal: Optional[int] = None,
         poll_interval: float = 1.0,
         capture: str = "auto",
+        core: str = "auto",
     ) -> None:
         _check_distributed()
         if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -429,6 +473,7 @@ class FlightRecorder:
         if store is not None and not isinstance(store, torch.distributed.Store):
             raise PtcTypeError(f"store: expected a torch.distributed.Store or None, got {type(store).__name__}")
         self._mechanism = fr_capture.resolve_mechanism(capture)
+        native = _native_core(core, bool(record_stacks))
 
         self.capacity = capacity
         self.dump_dir = os.fspath(dump_dir) if dump_dir is not None else _default_dump_dir()
@@ -465,6 +510,9 @@ class FlightRecorder:
         self._store_wake = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        # the native core (None: the Python core above keeps the records)
+        self._tap: Any = native.Tap(capacity, self._wake_w) if native is not None else None
+        self._attachments: Dict[int, Any] = {}  # id(process group) -> its native Attachment
         self._signal: Optional[int] = None
         self._signal_prev_handler: Any = None
         self._signal_uses_wakeup_fd = False
@@ -494,6 +542,11 @@ class FlightRecorder:
     def capture(self) -> str:
         """The capture mechanism in use: ``"hooks"`` or ``"wrapper"``."""
         return self._mechanism
+
+    @property
+    def core(self) -> str:
+        """Where the records are kept: ``"native"`` or ``"python"``."""
+        return "python" if self._tap is None else "native"
 
     def attach(
         self,
@@ -534,8 +587,14 @@ class FlightRecorder:
 
     def _start(self, pg: Any, record: "_Group") -> None:
         box = [record]  # the group's current generation; on_reconfigure swaps it in place
-        calls = self._calls_for(box)
-        self._detach[id(pg)] = fr_capture.attach(pg, calls, self._mechanism)
+        if self._tap is not None:
+            attachment = self._tap.attachment(record.pg_id)
+            calls = fr_capture.Calls(attachment.begin, attachment.started, attachment.done, self._fr_internal_error)
+            self._detach[id(pg)] = fr_capture.attach_native(pg, attachment, calls, self._mechanism)
+            self._attachments[id(pg)] = attachment
+        else:
+            calls = self._calls_for(box)
+            self._detach[id(pg)] = fr_capture.attach(pg, calls, self._mechanism)
         self._boxes[id(pg)] = box
         self._calls[id(pg)] = calls
 
@@ -548,6 +607,7 @@ class FlightRecorder:
         detach()
         self._boxes.pop(id(pg), None)
         self._calls.pop(id(pg), None)
+        self._attachments.pop(id(pg), None)
 
     def on_reconfigure(
         self,
@@ -591,6 +651,8 @@ class FlightRecorder:
         record = self._new_group(target, old.base_name, old.desc, ranks, generation, "ranks")
         if target is pg:
             box[0] = record
+            if self._tap is not None:
+                self._attachments[id(pg)].set_slot(record.pg_id)
         else:
             self.detach(pg)
             self._start(target, record)
@@ -632,6 +694,8 @@ class FlightRecorder:
             record = _Group(pg, len(self._all_groups), base, desc, ranks, generation,
                             _backend_name(pg), group_rank, timeout_s)  # fmt: skip
             self._all_groups.append(record)
+            if self._tap is not None:
+                self._tap.set_slot(record.pg_id, record.timeout_ns)
         return record
 
     # --- the sink interface (called by fr_capture on the issuing thread) -----
@@ -822,11 +886,23 @@ class FlightRecorder:
         """The dump as a dict (what :meth:`dump` pickles)."""
         import ptc
 
-        self._discover_all()
-        entries = sorted(self._buffer, key=lambda e: e.record_id)
-        with self._lock:
-            groups = list(self._all_groups)
-        recorded = entries[-1].record_id + 1 if entries else 0
+        if self._tap is None:
+            self._discover_all()
+            entries = sorted(self._buffer, key=lambda e: e.record_id)
+            recorded = entries[-1].record_id + 1 if entries else 0
+            skipped = self._skipped
+            with self._lock:
+                groups = list(self._all_groups)
+            status = {g.pg_id: (g.collective_seq, g.last_started, g.last_completed) for g in groups}
+        else:
+            tap = self._tap
+            tap.poll()
+            entries = [self._native_entry(r) for r in tap.records()]
+            recorded, skipped = tap.recorded, tap.skipped
+            status = {slot: (seq, started, completed) for slot, (seq, _, started, completed) in enumerate(tap.status())}
+            with self._lock:
+                groups = list(self._all_groups)
+            self._name_threads()
         dicts = [d for d in (e.to_dict(self._thread_names) for e in entries) if d is not None]
         return {
             "version": DUMP_VERSION,
@@ -834,9 +910,9 @@ class FlightRecorder:
             "pg_config": {g.name: {"name": g.name, "desc": g.desc, "ranks": str(g.ranks)} for g in groups},
             "pg_status": {
                 str(g.pg_id): {
-                    "last_enqueued_collective": g.collective_seq if g.collective_seq else -1,
-                    "last_started_collective": g.last_started,
-                    "last_completed_collective": g.last_completed,
+                    "last_enqueued_collective": status.get(g.pg_id, (0,))[0] or -1,
+                    "last_started_collective": status.get(g.pg_id, (0, -1))[1],
+                    "last_completed_collective": status.get(g.pg_id, (0, -1, -1))[2],
                 }
                 for g in groups
             },
@@ -849,16 +925,29 @@ class FlightRecorder:
                 "host": socket.gethostname(),
                 "torch": str(torch.__version__),
                 "capture": self._mechanism,
+                "core": self.core,
                 "capacity": self.capacity,
                 "recorded": recorded,
                 "dropped": recorded - len(entries),
-                "skipped": self._skipped,
+                "skipped": skipped,
                 "groups": {
                     g.name: {"base_name": g.base_name, "generation": g.generation, "backend": g.backend}
                     for g in groups
                 },
             },
         }
+
+    def _native_entry(self, record: tuple) -> _Entry:
+        """A record of the native core as an :class:`_Entry` (what dumps and reasons are made from)."""
+        entry = _Entry()
+        (entry.record_id, slot, entry.kind, entry.collective_seq_id, entry.p2p_seq_id, entry.peer, entry.thread,
+         entry.time_created_ns, entry.time_started_ns, entry.time_completed_ns, entry.state, error,
+         entry.timed_out, entry.inputs, entry.outputs) = record  # fmt: skip
+        entry.group = self._all_groups[slot]
+        entry.is_p2p = entry.kind in P2P_KINDS
+        entry.error = None if error is None else _short_text(error)
+        entry.frames = entry.work = None
+        return entry
 
     def entries(self) -> List[Dict[str, Any]]:
         """The recorded calls, oldest first, as the dicts a dump holds."""
@@ -935,9 +1024,30 @@ class FlightRecorder:
                     self._safe_dump(f"signal {signal.Signals(self._signal).name}")
             while self._requests:
                 self._safe_dump(self._requests.popleft())
+            if self._tap is not None:
+                self._name_threads(self._tap.take_new_threads())
+                self._dump_native_failures()
             if self._stop.is_set():
                 return
             self._check_timeouts()
+
+    def _name_threads(self, idents: Optional[List[int]] = None) -> None:
+        """Learn the names of live threads (``idents``: those, else all) for the native core's records."""
+        if idents is not None and not idents:
+            return
+        names = {t.ident: t.name for t in threading.enumerate()}
+        self._thread_names.update((i, names[i]) for i in (names if idents is None else idents) if i in names)
+
+    def _dump_native_failures(self) -> None:
+        """Dump for the calls the native core saw fail (its callback wakes the watchdog)."""
+        for record in self._tap.take_failures():
+            if not self.dump_on_failure:
+                continue
+            entry = self._native_entry(record)
+            try:
+                self._auto_dump(entry.group, "failure", f"failure: {entry.describe()} failed: {entry.error}")
+            except Exception as exc:  # noqa: BLE001 - never turn a failed collective into a recorder error
+                self._fr_internal_error(exc)
 
     def _safe_dump(self, reason: str) -> None:
         try:
@@ -947,16 +1057,22 @@ class FlightRecorder:
 
     def _check_timeouts(self) -> None:
         """Close finished entries nobody waited on; dump once when a call outlives its timeout."""
-        self._discover_all()
-        now = time.time_ns()
-        overdue = None
-        for entry in list(self._buffer):
-            if entry.state in _DONE or entry.timed_out:
-                continue
-            if now - entry.time_created_ns > entry.group.timeout_ns:
-                entry.timed_out = True
-                if overdue is None:
-                    overdue = entry
+        if self._tap is not None:
+            self._tap.poll()
+            now = time.time_ns()
+            found = self._tap.overdue(now)
+            overdue = self._native_entry(found[0]) if found else None
+        else:
+            self._discover_all()
+            now = time.time_ns()
+            overdue = None
+            for entry in list(self._buffer):
+                if entry.state in _DONE or entry.timed_out:
+                    continue
+                if now - entry.time_created_ns > entry.group.timeout_ns:
+                    entry.timed_out = True
+                    if overdue is None:
+                        overdue = entry
         if overdue is not None:
             waited_ms = (now - overdue.time_created_ns) // 1_000_000
             try:
@@ -1062,6 +1178,9 @@ class FlightRecorder:
             self._detach.pop(key)()
         self._boxes.clear()
         self._calls.clear()
+        self._attachments.clear()
+        if self._tap is not None:
+            self._dump_native_failures()  # failures the watchdog has not dumped yet
         self._closed = True
         for entry in list(self._buffer):
             if entry.work is not None:
@@ -1080,6 +1199,8 @@ class FlightRecorder:
                     self._store.set(_STORE_REASON_KEY, self._publish.popleft())
                     self._store.add(_STORE_COUNT_KEY, 1)
         self._remove_signal()
+        if self._tap is not None:
+            self._tap.close()  # no wake-up byte from now on: the pipe's fd number may be reused at once
         self._close_pipe()
         with _ACTIVE_LOCK:
             _ACTIVE.discard(self)
@@ -1097,7 +1218,8 @@ class FlightRecorder:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._boxes)} group(s)"
-        return f"FlightRecorder(rank={self._rank}, capacity={self.capacity}, capture={self._mechanism!r}, {state})"
+        return (f"FlightRecorder(rank={self._rank}, capacity={self.capacity}, capture={self._mechanism!r}, "
+                f"core={self.core!r}, {state})")
 
 
 # --- process-wide helpers -------------------------------------------------------

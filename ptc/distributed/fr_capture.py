@@ -15,8 +15,8 @@ functions that are told about every call issued through it:
 * ``internal_error(exc)`` when one of the others raised: they must not, and
   whatever they do, the user's collective proceeds.
 
-Completion times come from ``Work.wait``: while anything is attached,
-``torch.distributed.Work.wait`` is wrapped too, and a watched ``Work`` that
+For the Python core, completion times come from ``Work.wait``: while it is
+attached, ``torch.distributed.Work.wait`` is wrapped too, and a watched ``Work`` that
 returns from it completed (or raises its failure) reports the moment it did,
 on the waiting thread; a ``wait(timeout)`` that runs out while the Work goes
 on reports nothing.
@@ -25,7 +25,9 @@ nobody waits on, but it runs in the backend's worker thread and must take the
 GIL there; on gloo that hand-off cost 5-15 % of a 1 MB all_reduce loop on two
 cores, far over the recorder's budget.  Works never waited in Python (the DDP
 reducer's, those consumed through ``get_future()``) are found complete by the
-recorder's polling instead (see ``FlightRecorder``).
+recorder's polling instead (see ``FlightRecorder``).  The native core
+(:mod:`ptc.distributed.fr_native`) adds that callback in C++, where it needs
+no GIL, so it leaves ``Work.wait`` alone (:func:`attach_native`).
 
 Two mechanisms, chosen by feature (``ptc._compat.PROCESS_GROUP_HOOKS``):
 
@@ -37,7 +39,8 @@ Two mechanisms, chosen by feature (``ptc._compat.PROCESS_GROUP_HOOKS``):
     DDP reducer).  The post-hook does not fire when the backend raises; the
     call's record is then closed as failed when the same thread issues its next
     call on that group.  Building the hooks' arguments costs torch itself some
-    microseconds per call.
+    microseconds per call.  With the native core the hooks are C++ functions
+    registered by the core itself: no Python runs per call.
 
 ``"wrapper"`` (any torch; the only choice where hooks are missing, e.g. 2.13)
     While anything is attached to some group this way, the collective methods
@@ -66,7 +69,10 @@ from ptc import _compat
 from ptc.distributed.fr_ops import kind_name
 from ptc.errors import FeatureUnavailable, PtcValueError
 
-__all__ = ["MECHANISMS", "Calls", "attach", "resolve_mechanism", "wait_wrapped", "watched_works", "wrapper_installed"]
+__all__ = [
+    "MECHANISMS", "Calls", "attach", "attach_native", "resolve_mechanism", "wait_wrapped", "watched_works",
+    "wrapper_installed",
+]  # fmt: skip
 
 MECHANISMS = ("hooks", "wrapper")
 _WRAP_LOCK = threading.Lock()  # guards every patch of torch's classes and the tables below
@@ -120,6 +126,20 @@ def attach(pg: Any, calls: Calls, mechanism: str) -> Callable[[], None]:
             _release_wait()
 
     return detach
+
+
+def attach_native(pg: Any, attachment: Any, calls: Calls, mechanism: str) -> Callable[[], None]:
+    """:func:`attach` for the native core (:mod:`ptc.distributed.fr_native`); returns the detach function.
+
+    ``"hooks"``: the core registers torch's C++ pre/post hooks itself, so no
+    Python runs per call; ``"wrapper"``: the method wrapper calls ``calls``
+    (the attachment's own begin/started/done).  Either way the core takes
+    end times from each Work's future, so ``Work.wait`` is left alone.
+    """
+    if mechanism == "hooks":
+        attachment.hook(pg, next(_HOOK_IDS))
+        return attachment.unhook
+    return _attach_wrapper(pg, calls)
 
 
 # --- Work.wait: completion times ---------------------------------------------

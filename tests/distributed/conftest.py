@@ -2,8 +2,19 @@
 
 import pytest
 
-from ptc.distributed import fr_capture
+from ptc.distributed import fr_capture, fr_native
 from ptc.distributed import flight_recorder as fr
+
+
+@pytest.fixture(params=["python", "native"])
+def core(request):
+    """Each Flight Recorder core: Python, and the native one (built once per torch version, then cached).
+
+    A native core that cannot be built fails the test with the compiler's message: CI has a compiler.
+    """
+    if request.param == "native":
+        fr_native.load(build=True)
+    return request.param
 
 
 @pytest.fixture(autouse=True)

@@ -51,14 +51,18 @@ def launch(
     dump_dir: Path,
     *,
     mode: str = "",
+    core: str = "auto",
     timeout: float = 60.0,
     while_running: Optional[Callable[[List[subprocess.Popen], dist.TCPStore], None]] = None,
 ) -> Run:
-    """Run ``world`` workers of ``scenario`` to the end (bounded by ``timeout``), killing leftovers."""
+    """Run ``world`` workers of ``scenario`` to the end (bounded by ``timeout``), killing leftovers.
+
+    ``core``: the Flight Recorder core the workers' recorders use (``FlightRecorder(core=...)``).
+    """
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     dump_dir.mkdir(parents=True, exist_ok=True)
     logs = [dump_dir.parent / f"{dump_dir.name}-rank{r}.log" for r in range(world)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PTC_TEST_FR_CORE=core)
     procs: List[subprocess.Popen] = []
     files = []
     try:

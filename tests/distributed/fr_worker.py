@@ -23,6 +23,7 @@ from ptc import _compat
 from ptc.distributed import flight_recorder as fr
 
 WAIT_S = 30.0
+CORE = os.environ.get("PTC_TEST_FR_CORE", "auto")  # the recorder core the test asked for
 
 
 def emit(event: str, **data) -> None:
@@ -52,7 +53,7 @@ def desync(ctx) -> None:
     """Four good all_reduces; then the last rank calls broadcast while the others all_reduce."""
     rank, world = ctx["rank"], ctx["world"]
     init(ctx, pg_timeout_s=2)
-    rec = fr.enable(dump_dir=ctx["dump_dir"], store=ctx["store"], poll_interval=0.1)
+    rec = fr.enable(dump_dir=ctx["dump_dir"], store=ctx["store"], poll_interval=0.1, core=CORE)
     t = torch.ones(1000)
     for _ in range(4):
         dist.all_reduce(t)
@@ -74,7 +75,7 @@ def hang(ctx) -> None:
     rank, world = ctx["rank"], ctx["world"]
     init(ctx, pg_timeout_s=60)  # gloo would give up only after a minute ...
     # ... the recorder's watchdog dumps after 1.5 s, and asks the others through the store
-    rec = fr.enable(dump_dir=ctx["dump_dir"], store=ctx["store"], timeout=1.5, poll_interval=0.1)
+    rec = fr.enable(dump_dir=ctx["dump_dir"], store=ctx["store"], timeout=1.5, poll_interval=0.1, core=CORE)
     t = torch.ones(256)
     for _ in range(4):
         dist.all_reduce(t)
@@ -130,7 +131,7 @@ def reconfigure(ctx) -> None:
         dist._reconfigure(1, handles, timeout=timeout).wait()
     else:
         init(ctx, pg_timeout_s=60)
-    rec = fr.enable(dump_dir=ctx["dump_dir"], store=store, timeout=1.5, poll_interval=0.1)
+    rec = fr.enable(dump_dir=ctx["dump_dir"], store=store, timeout=1.5, poll_interval=0.1, core=CORE)
     t = torch.ones(64)
     for _ in range(3):
         dist.all_reduce(t)
@@ -167,7 +168,8 @@ def main(argv) -> int:
     mode = argv[5] if len(argv) > 5 else ""
     store = dist.TCPStore("127.0.0.1", int(port), is_master=False, timeout=datetime.timedelta(seconds=WAIT_S))
     ctx = {"rank": int(rank), "world": int(world), "store": store, "dump_dir": dump_dir, "mode": mode}
-    emit("start", pid=os.getpid(), torch=torch.__version__, capture="hooks" if _compat.PROCESS_GROUP_HOOKS else "wrapper")
+    emit("start", pid=os.getpid(), torch=torch.__version__, capture="hooks" if _compat.PROCESS_GROUP_HOOKS else "wrapper",
+         core=CORE)
     SCENARIOS[scenario](ctx)
     emit("done")
     return 0

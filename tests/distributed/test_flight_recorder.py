@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from fr_helpers import SimulatedRanks, fake_group, wait_for
 from ptc import _compat
-from ptc.distributed import FlightRecorder, capability, fr_analysis
+from ptc.distributed import FlightRecorder, capability, fr_analysis, fr_native
 from ptc.distributed import flight_recorder as fr
 from ptc.errors import FeatureUnavailable, PtcTypeError, PtcValueError
 
@@ -68,10 +68,11 @@ EXPECTED_KINDS = [  # (profiling_name, input_sizes, output_sizes, input dtypes) 
 
 
 @pytest.mark.parametrize("capture", MECHANISMS)
-def test_records_every_kind_of_call_in_the_native_format(fake_world, capture, tmp_path):
+def test_records_every_kind_of_call_in_the_native_format(fake_world, capture, core, tmp_path):
     from torch.distributed.flight_recorder.components.types import Op
 
-    with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+    with fr.recording(dump_dir=tmp_path, capture=capture, core=core) as rec:
+        assert (rec.capture, rec.core) == (capture, core)
         _every_kind()
         entries = rec.entries()
     got = [(e["profiling_name"], e["input_sizes"], e["output_sizes"], e["input_dtypes"]) for e in entries]
@@ -93,7 +94,7 @@ def test_records_every_kind_of_call_in_the_native_format(fake_world, capture, tm
         Op(e, memberships, "0")  # torch's analyzer parses every entry
 
 
-def test_hooks_and_wrapper_record_alike(fake_world, tmp_path):
+def test_hooks_and_wrapper_record_alike(fake_world, core, tmp_path):
     """Where torch has PG hooks both mechanisms exist and must agree; elsewhere 'hooks' is refused."""
     if not _compat.PROCESS_GROUP_HOOKS:
         with pytest.raises(FeatureUnavailable, match="register_pre_hook") as info:
@@ -104,12 +105,31 @@ def test_hooks_and_wrapper_record_alike(fake_world, tmp_path):
         return
     records = {}
     for capture in ("hooks", "wrapper"):
-        with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+        with fr.recording(dump_dir=tmp_path, capture=capture, core=core) as rec:
             _every_kind()
             records[capture] = [
                 {k: v for k, v in e.items() if not k.startswith("time_") and k != "thread_id"} for e in rec.entries()
             ]
     assert records["hooks"] == records["wrapper"]
+
+
+def test_both_cores_record_alike(fake_world, tmp_path):
+    """The native core's dump is the Python core's, field for field (times and thread ids aside)."""
+    fr_native.load(build=True)
+    records = {}
+    for core in ("python", "native"):
+        with fr.recording(dump_dir=tmp_path, core=core) as rec:
+            _every_kind()
+            snap = rec.snapshot("same")
+        records[core] = {
+            "entries": [
+                {k: v for k, v in e.items() if not k.startswith("time_") and k != "thread_id"} for e in snap["entries"]
+            ],
+            "pg_status": snap["pg_status"],
+            "ptc": {k: v for k, v in snap["ptc"].items() if k not in ("dumped_at_ns", "core")},
+        }
+        assert snap["ptc"]["core"] == core
+    assert records["python"] == records["native"]
 
 
 def test_hook_kinds_are_named_through_their_enum_value(monkeypatch):
@@ -141,11 +161,11 @@ def gloo_solo():
 
 
 @pytest.mark.parametrize("capture", MECHANISMS)
-def test_ddp_gradient_buckets_are_seen_through_hooks_only(gloo_solo, capture, tmp_path):
+def test_ddp_gradient_buckets_are_seen_through_hooks_only(gloo_solo, capture, core, tmp_path):
     """The DDP reducer issues its all_reduce from C++: PG hooks see it, the Python-level wrapper cannot."""
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
-    with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+    with fr.recording(dump_dir=tmp_path, capture=capture, core=core) as rec:
         model(torch.randn(3, 4)).sum().backward()
         entries = rec.entries()
     if capture == "hooks":
@@ -156,8 +176,8 @@ def test_ddp_gradient_buckets_are_seen_through_hooks_only(gloo_solo, capture, tm
         assert entries == []
 
 
-def test_ring_buffer_keeps_the_newest_calls(fake_world, tmp_path):
-    with fr.recording(capacity=5, dump_dir=tmp_path) as rec:
+def test_ring_buffer_keeps_the_newest_calls(fake_world, core, tmp_path):
+    with fr.recording(capacity=5, dump_dir=tmp_path, core=core) as rec:
         for _ in range(12):
             dist.all_reduce(torch.ones(2))
         snap = rec.snapshot()
@@ -171,7 +191,7 @@ def test_ring_buffer_keeps_the_newest_calls(fake_world, tmp_path):
     }
 
 
-def test_concurrent_threads_lose_no_call(fake_world, tmp_path):
+def test_concurrent_threads_lose_no_call(fake_world, core, tmp_path):
     threads, calls = 6, 120
     barrier = threading.Barrier(threads)
 
@@ -181,7 +201,7 @@ def test_concurrent_threads_lose_no_call(fake_world, tmp_path):
             dist.all_reduce(torch.ones(3))
 
     def run(capacity):
-        with fr.recording(capacity=capacity, dump_dir=tmp_path) as rec:
+        with fr.recording(capacity=capacity, dump_dir=tmp_path, core=core) as rec:
             workers = [threading.Thread(target=issue, name=f"issuer-{i}") for i in range(threads)]
             for w in workers:
                 w.start()
@@ -209,12 +229,14 @@ def test_concurrent_threads_lose_no_call(fake_world, tmp_path):
     assert min(ids) >= total - 50 - threads  # the newest calls, give or take in-flight appends
 
 
-def test_closing_restores_torch_and_stops_recording(fake_world, tmp_path):
+def test_closing_restores_torch_and_stops_recording(fake_world, core, tmp_path):
     pg_cls, work_cls = dist.ProcessGroup, dist.Work
     allreduce, wait = pg_cls.__dict__["allreduce"], work_cls.__dict__["wait"]
-    first = FlightRecorder(dump_dir=tmp_path, capture="wrapper").attach()
-    second = FlightRecorder(dump_dir=tmp_path).attach()
-    assert pg_cls.__dict__["allreduce"] is not allreduce and work_cls.__dict__["wait"] is not wait
+    first = FlightRecorder(dump_dir=tmp_path, capture="wrapper", core=core).attach()
+    second = FlightRecorder(dump_dir=tmp_path, core=core).attach()
+    assert pg_cls.__dict__["allreduce"] is not allreduce
+    # the Python core takes end times from Work.wait; the native core from each Work's future
+    assert (work_cls.__dict__["wait"] is not wait) is (core == "python")
     dist.all_reduce(torch.ones(1))
     first.close()
     dist.all_reduce(torch.ones(1))  # the second recorder still records
@@ -243,8 +265,8 @@ def test_importing_ptc_changes_nothing_in_torch():
     assert proc.returncode == 0 and "unchanged" in proc.stdout, proc.stderr
 
 
-def test_reconfigure_starts_a_new_named_generation(fake_world, tmp_path):
-    with fr.recording(dump_dir=tmp_path) as rec:
+def test_reconfigure_starts_a_new_named_generation(fake_world, core, tmp_path):
+    with fr.recording(dump_dir=tmp_path, core=core) as rec:
         dist.all_reduce(torch.ones(2))
         dist.all_reduce(torch.ones(2))
         assert fr.on_reconfigure(1, ranks=[0, 1, 2]) == 1
@@ -290,6 +312,8 @@ def test_bad_arguments_are_named(fake_world, tmp_path):
         (lambda: FlightRecorder(timeout="5s"), PtcTypeError, "timeout: expected seconds or a datetime.timedelta, got str"),
         (lambda: FlightRecorder(store="tcp://x"), PtcTypeError, "store: expected a torch.distributed.Store"),
         (lambda: FlightRecorder(capture="nccl"), PtcValueError, "capture='nccl': expected 'auto', 'hooks' or 'wrapper'"),
+        (lambda: FlightRecorder(core="cpp"), PtcValueError, "core='cpp': expected 'auto', 'native' or 'python'"),
+        (lambda: FlightRecorder(core="native", record_stacks=True), PtcValueError, "record_stacks=True needs core='python'"),
         (lambda: FlightRecorder(dump_signal=-3), PtcValueError, "dump_signal = -3: not a signal number"),
         (lambda: fr.enable(group="world", dump_dir=tmp_path), PtcTypeError, "group: expected a torch.distributed.ProcessGroup or None, got str"),
         (lambda: fr.enable(group=fake_group(0, 2), dump_dir=tmp_path), PtcValueError, "name: this process group has no c10d group_name"),
@@ -312,9 +336,9 @@ def test_needs_an_initialized_default_group_or_a_group(tmp_path):
     assert not fr.active_recorders()
 
 
-def test_dump_is_one_plain_file_per_rank_replaced_atomically(fake_world, tmp_path, monkeypatch):
+def test_dump_is_one_plain_file_per_rank_replaced_atomically(fake_world, core, tmp_path, monkeypatch):
     monkeypatch.setenv("PTC_FR_DUMP_DIR", str(tmp_path / "from_env"))
-    with fr.recording() as rec:
+    with fr.recording(core=core) as rec:
         dist.all_reduce(torch.ones(2))
         first = rec.dump("first")
         dist.all_reduce(torch.ones(2))
@@ -334,6 +358,7 @@ def test_stacks_are_recorded_only_when_asked(fake_world, tmp_path):
         dist.all_reduce(torch.ones(1))
 
     with fr.recording(dump_dir=tmp_path, record_stacks=True, stack_depth=4) as rec:
+        assert rec.core == "python"  # "auto": stacks are Python's to walk
         issue_from_here()
         (entry,) = rec.entries()
     names = [frame["name"] for frame in entry["frames"]]
@@ -341,8 +366,7 @@ def test_stacks_are_recorded_only_when_asked(fake_world, tmp_path):
     assert all(not f["filename"].startswith(os.path.dirname(fr.__file__)) for f in entry["frames"])
 
 
-def test_completion_time_is_when_wait_returns(tmp_path):
-    """A waited Work completes when wait() returns; one nobody waits on, when next seen done."""
+def _solo_gloo_group():
     import datetime
 
     store = dist.HashStore()
@@ -350,8 +374,15 @@ def test_completion_time_is_when_wait_returns(tmp_path):
     backend = dist.ProcessGroupGloo(store, 0, 1, datetime.timedelta(seconds=30))
     pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
     pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    return pg
+
+
+def test_completion_time_is_when_the_work_ends(core, tmp_path):
+    """The Python core: a waited Work completes when wait() returns, one nobody waits on when next
+    seen done.  The native core: every Work when it ends (its future's callback), waited or not."""
+    pg = _solo_gloo_group()
     pause_ns = 300_000_000
-    with FlightRecorder(dump_dir=tmp_path, rank=0) as rec:
+    with FlightRecorder(dump_dir=tmp_path, rank=0, core=core) as rec:
         rec.attach(pg, name="solo", ranks=[0])
         pg.allreduce([torch.ones(4)]).wait()
         time.sleep(pause_ns / 1e9)
@@ -362,11 +393,15 @@ def test_completion_time_is_when_wait_returns(tmp_path):
         waited, seen_later, last = rec.entries()
     assert waited["state"] == seen_later["state"] == last["state"] == "completed"
     assert waited["time_discovered_completed_ns"] - waited["time_discovered_started_ns"] < pause_ns / 2
-    assert seen_later["time_discovered_completed_ns"] - seen_later["time_discovered_started_ns"] >= pause_ns
+    unwaited_ns = seen_later["time_discovered_completed_ns"] - seen_later["time_discovered_started_ns"]
+    if core == "python":
+        assert unwaited_ns >= pause_ns
+    else:
+        assert unwaited_ns < pause_ns / 2
     assert seen_later["time_discovered_completed_ns"] <= last["time_created_ns"]
 
 
-def test_a_wait_that_runs_out_while_the_collective_goes_on_is_no_failure(tmp_path):
+def test_a_wait_that_runs_out_while_the_collective_goes_on_is_no_failure(core, tmp_path):
     """wait(timeout) raises "timed out" and the Work goes on (ptc's fault-tolerant group waits
     like this first): no failure, no dump; the entry completes when the collective does."""
     import datetime
@@ -382,7 +417,7 @@ def test_a_wait_that_runs_out_while_the_collective_goes_on_is_no_failure(tmp_pat
 
     threads = [threading.Thread(target=connect, args=(r,)) for r in range(2)]
     [t.start() for t in threads], [t.join(30) for t in threads]
-    with FlightRecorder(dump_dir=tmp_path, rank=0) as rec:
+    with FlightRecorder(dump_dir=tmp_path, rank=0, core=core) as rec:
         rec.attach(groups[0], name="pair", ranks=[0, 1])
         work = groups[0].allreduce([torch.ones(4)])  # rank 1 is not there yet
         with pytest.raises(RuntimeError, match="timed out"):
@@ -391,17 +426,18 @@ def test_a_wait_that_runs_out_while_the_collective_goes_on_is_no_failure(tmp_pat
         assert [e["state"] for e in rec.entries()] == ["started"] and not rec.dumps
         groups[1].allreduce([torch.ones(4)]).wait()
         work.wait()
+        wait_for(lambda: rec.entries()[0]["state"] == "completed", 10, "the entry's completion")
         (entry,) = rec.entries()
     assert entry["state"] == "completed" and not rec.dumps
 
 
 @pytest.mark.parametrize("capture", MECHANISMS)
-def test_fast_paths_record_what_the_general_paths_do(gloo_solo, capture, tmp_path):
+def test_fast_paths_record_what_the_general_paths_do(gloo_solo, capture, core, tmp_path):
     """allreduce([t]) skips the generic tensor flattening, and a wait() that returns
     closes its entry without the general completion path: the record is the same."""
     pg = gloo_solo
     a, b = torch.ones(4), torch.ones(2, 3, dtype=torch.float64)
-    with fr.recording(dump_dir=tmp_path, capture=capture) as rec:
+    with fr.recording(dump_dir=tmp_path, capture=capture, core=core) as rec:
         pg.allreduce([a]).wait()  # fast extraction, fast completion
         pg.allreduce([a, torch.zeros(4)]).wait()  # generic extraction
         work = pg.allreduce([b])
@@ -423,8 +459,16 @@ def test_fast_paths_record_what_the_general_paths_do(gloo_solo, capture, tmp_pat
     assert not fr.fr_capture.watched_works()
 
 
-def test_failures_dump_once_per_generation(tmp_path):
-    ranks = SimulatedRanks(2, tmp_path / "dumps")
+def _dumps_settle(rec, count: int) -> None:
+    """Wait until ``rec`` wrote ``count`` dumps, and check it stays there a moment (the native
+    core's failure dumps come from the watchdog thread, woken by the backend's callback)."""
+    wait_for(lambda: len(rec.dumps) >= count, 10, f"{count} dump(s)")
+    time.sleep(0.2)
+    assert len(rec.dumps) == count, rec.dumps
+
+
+def test_failures_dump_once_per_generation(core, tmp_path):
+    ranks = SimulatedRanks(2, tmp_path / "dumps", core=core, poll_interval=0.05)
     rec = ranks.recorders[0]
     try:
         pg = ranks.groups[0]
@@ -433,7 +477,7 @@ def test_failures_dump_once_per_generation(tmp_path):
         second = calls.begin("ALLREDUCE", [torch.ones(2)], [], -1)
         calls.done(first, RuntimeError("Connection reset by peer"))
         calls.done(second, RuntimeError("second failure"))
-        assert len(rec.dumps) == 1
+        _dumps_settle(rec, 1)
         dump = fr_analysis.load_dumps(tmp_path / "dumps")[0]
         assert dump.reason.startswith("failure: all_reduce (seq 1) in group 'world' on rank 0 failed: RuntimeError: Connection reset")
         states = [(e["collective_seq_id"], e["state"], e["error"]) for e in dump.entries]
@@ -441,13 +485,13 @@ def test_failures_dump_once_per_generation(tmp_path):
         rec.on_reconfigure(1, group=pg)  # a new generation re-arms the automatic dump
         third = calls.begin("ALLREDUCE", [torch.ones(2)], [], -1)
         calls.done(third, RuntimeError("third"))
-        assert len(rec.dumps) == 2
+        _dumps_settle(rec, 2)
     finally:
         ranks.close()
 
 
-def test_watchdog_dumps_an_overdue_call_then_its_failure(tmp_path):
-    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05)
+def test_watchdog_dumps_an_overdue_call_then_its_failure(core, tmp_path):
+    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05, core=core)
     rec = ranks.recorders[0]
     try:
         calls = rec._calls[id(ranks.groups[0])]
@@ -458,7 +502,7 @@ def test_watchdog_dumps_an_overdue_call_then_its_failure(tmp_path):
         assert dump.reason.endswith("(timeout 200 ms, state scheduled)")
         assert dump.entries[0]["timed_out"] is True and dump.entries[0]["state"] == "scheduled"
         calls.done(stuck, RuntimeError("Timed out waiting 200ms"))  # the backend gives up too: say more
-        assert len(rec.dumps) == 2
+        wait_for(lambda: len(rec.dumps) == 2, 10, "the failure dump")
         assert fr_analysis.load_dumps(tmp_path)[0].entries[0]["state"] == "failed"
         later = calls.begin("ALLREDUCE", [torch.ones(3)], [], -1)
         calls.done(later, RuntimeError("again"))
@@ -494,7 +538,7 @@ class _FailsWhenLookedAtLate:
 
 
 def test_a_failure_found_while_dumping_a_timeout_is_not_overwritten(tmp_path):
-    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05)
+    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05, core="python")  # a stand-in Work
     rec = ranks.recorders[0]
     try:
         calls = rec._calls[id(ranks.groups[0])]
@@ -511,9 +555,9 @@ def test_a_failure_found_while_dumping_a_timeout_is_not_overwritten(tmp_path):
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
-def test_signal_dumps_from_the_recorder_thread_and_close_restores(tmp_path):
+def test_signal_dumps_from_the_recorder_thread_and_close_restores(core, tmp_path):
     before = signal.getsignal(signal.SIGUSR1)
-    ranks = SimulatedRanks(1, tmp_path, dump_signal=signal.SIGUSR1, poll_interval=0.05)
+    ranks = SimulatedRanks(1, tmp_path, dump_signal=signal.SIGUSR1, poll_interval=0.05, core=core)
     try:
         ranks.all_reduce([0])
         with pytest.raises(PtcValueError, match="another FlightRecorder already dumps on SIGUSR1"):
@@ -540,9 +584,9 @@ def test_signal_dumps_from_the_recorder_thread_and_close_restores(tmp_path):
     assert errors and "only be installed from the main thread" in errors[0]
 
 
-def test_store_carries_dump_requests_to_peers(tmp_path):
+def test_store_carries_dump_requests_to_peers(core, tmp_path):
     store = dist.HashStore()
-    ranks = SimulatedRanks(3, tmp_path, store=store, poll_interval=0.05)
+    ranks = SimulatedRanks(3, tmp_path, store=store, poll_interval=0.05, core=core)
     try:
         ranks.all_reduce([0, 1, 2])
         ranks.recorders[0].request_peer_dumps("operator asked")
@@ -558,8 +602,8 @@ def test_store_carries_dump_requests_to_peers(tmp_path):
         ranks.close()
 
 
-def test_dump_all_dumps_every_recorder_of_the_process(tmp_path):
-    ranks = SimulatedRanks(2, tmp_path)
+def test_dump_all_dumps_every_recorder_of_the_process(core, tmp_path):
+    ranks = SimulatedRanks(2, tmp_path, core=core)
     try:
         ranks.all_reduce([0, 1])
         paths = fr.dump_all("peer failure: ranks [3] in generation 2")

@@ -15,9 +15,16 @@ import pytest
 
 from fr_helpers import launch, run_cli, run_torchfrtrace, wait_for
 from ptc import _compat
-from ptc.distributed import analyze_dumps
+from ptc.distributed import analyze_dumps, fr_native
 
 pytestmark = pytest.mark.multiprocess
+CORES = ["python", "native"]
+
+
+def _core(name: str) -> str:
+    if name == "native":
+        fr_native.load(build=True)  # once here, not in every worker
+    return name
 
 
 def _reasons(run):
@@ -27,9 +34,10 @@ def _reasons(run):
 # --- desync: rank 2 calls broadcast where ranks 0 and 1 call all_reduce --------
 
 
-@pytest.fixture(scope="module")
-def desync_run(tmp_path_factory):
-    run = launch("desync", 3, tmp_path_factory.mktemp("desync") / "dumps", timeout=90)
+@pytest.fixture(scope="module", params=CORES)
+def desync_run(request, tmp_path_factory):
+    core = _core(request.param)
+    run = launch("desync", 3, tmp_path_factory.mktemp(f"desync_{core}") / "dumps", core=core, timeout=90)
     assert run.returncodes == [0, 0, 0], run.describe()
     return run
 
@@ -68,9 +76,10 @@ def test_stock_analyzer_reports_the_desync(desync_run):
 # --- hang: rank 2 never arrives at the fifth all_reduce -----------------------------
 
 
-@pytest.fixture(scope="module")
-def hang_run(tmp_path_factory):
-    run = launch("hang", 3, tmp_path_factory.mktemp("hang") / "dumps", timeout=90)
+@pytest.fixture(scope="module", params=CORES)
+def hang_run(request, tmp_path_factory):
+    core = _core(request.param)
+    run = launch("hang", 3, tmp_path_factory.mktemp(f"hang_{core}") / "dumps", core=core, timeout=90)
     assert run.returncodes == [0, 0, 0], run.describe()
     return run
 
@@ -150,7 +159,8 @@ RECONFIGURE_MODES = ["rebuild", "native"] if _compat.NATIVE_RECONFIGURE else ["r
 
 @pytest.fixture(scope="module", params=RECONFIGURE_MODES)
 def reconfigure_run(request, tmp_path_factory):
-    run = launch("reconfigure", 3, tmp_path_factory.mktemp(f"reconf_{request.param}") / "dumps", mode=request.param, timeout=90)
+    run = launch("reconfigure", 3, tmp_path_factory.mktemp(f"reconf_{request.param}") / "dumps", mode=request.param,
+                 core=_core("native"), timeout=90)  # fmt: skip
     assert run.returncodes == [0, 0, 0], run.describe()
     return run
 
