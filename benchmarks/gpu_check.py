@@ -1,7 +1,7 @@
-"""GPU check for ptc.cudagraph and ptc.gemm: the GPU tests, the benchmarks and the demo in one run.
+"""GPU check for ptc.cudagraph, ptc.gemm and the Flight Recorder: GPU tests, benchmarks, demo in one run.
 
     python benchmarks/gpu_check.py [--out gpu_check_results] [--python PYTHON]
-                                   [--only cudagraph|gemm] [--deadline-s 480]
+                                   [--only cudagraph|gemm|fr] [--deadline-s 480]
 
 Runs, each step with a bounded time and all of them within ``--deadline-s``:
 
@@ -10,8 +10,11 @@ Runs, each step with a bounded time and all of them within ``--deadline-s``:
      (their CPU twins run in CI)                           -> OUT/cudagraph_pytest.txt, .xml
   3. ``benchmarks/cudagraph.py`` (10/100/1000 iterations)  -> OUT/cudagraph_bench.txt, bench.json
   4. ``ptc demo cudagraph`` (with the GPU speedup line)    -> OUT/cudagraph_demo.txt
-  5. ``pytest tests/gemm/test_cuda.py``                     -> OUT/gemm_pytest.txt, .xml
-  6. ``benchmarks/gemm.py`` (correctness of every kernel
+  5. ``pytest tests/distributed/test_fr_cuda.py``: the Flight
+     Recorder's native core on NCCL (builds the core: needs
+     a C++ compiler and ninja on the machine)              -> OUT/fr_pytest.txt, .xml
+  6. ``pytest tests/gemm/test_cuda.py``                     -> OUT/gemm_pytest.txt, .xml
+  7. ``benchmarks/gemm.py`` (correctness of every kernel
      kind, then the LLM-shaped GEMMs)                      -> OUT/gemm_bench.txt, OUT/gemm/
 
 and writes OUT/summary.md with each step's exit status and time. Exit status 0
@@ -40,6 +43,8 @@ STEPS = [
     ("cudagraph_bench", ["benchmarks/cudagraph.py", "--iters", "10,100,1000", "--rounds", "5",
                          "--json", "{out}/bench.json"], 120),
     ("cudagraph_demo", ["-m", "ptc", "demo", "cudagraph"], 60),
+    ("fr_pytest", ["-m", "pytest", "tests/distributed/test_fr_cuda.py", "-q", "-p", "no:logging", "-p",
+                   "no:cacheprovider", "-rs", "--timeout", "150", "--junitxml", "{out}/fr_pytest.xml"], 180),
     ("gemm_pytest", ["-m", "pytest", "tests/gemm/test_cuda.py", "-q", "-p", "no:logging", "-p", "no:cacheprovider",
                      "-rs", "--timeout", "200", "--junitxml", "{out}/gemm_pytest.xml"], 240),
     ("gemm_bench", ["benchmarks/gemm.py", "{out}/gemm", "--budget-s", "{gemm_budget}"], 330),
@@ -50,7 +55,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check_results")
     parser.add_argument("--python", default=sys.executable)
-    parser.add_argument("--only", choices=("cudagraph", "gemm"), default=None, help="run only this package's steps")
+    parser.add_argument("--only", choices=("cudagraph", "gemm", "fr"), default=None, help="run only this package's steps")
     parser.add_argument("--deadline-s", type=float, default=480.0, help="all steps together end by then")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
@@ -61,7 +66,7 @@ def main(argv=None) -> int:
 
     gpu = torch.cuda.is_available()
     lines = [
-        "# ptc GPU check (cudagraph, gemm)",
+        "# ptc GPU check (cudagraph, fr, gemm)",
         "",
         f"- torch {torch.__version__} (CUDA build {torch.version.cuda})",
         f"- GPU: {torch.cuda.get_device_name(0) if gpu else 'NONE: this is not a GPU check'}",

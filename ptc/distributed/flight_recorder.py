@@ -26,9 +26,10 @@ Two cores keep the records (``core=``):
     torch version): the ring buffer and the per-call work are C++.  The end
     time is when the Work's future completed, from a callback the backend's
     own thread runs without the GIL, so it is exact for every Work, waited or
-    not (DDP's buckets included); a Work without a future (gloo's send/recv)
-    is watched by a poller thread and ends within a millisecond of its
-    ``wait()`` returning.  Where torch has C++ process-group hooks (2.14) a
+    not (DDP's buckets included).  A Work without a CPU future is watched by
+    a poller thread through ``is_completed()``: gloo's send/recv (no future)
+    end within a millisecond of their ``wait()`` returning; NCCL's (a device
+    future completes at enqueue) when the GPU has finished them.  Where torch has C++ process-group hooks (2.14) a
     recorded call runs no Python at all.
 ``"python"``: the records are Python objects.  The end time is the moment
     ``Work.wait()`` returned in Python, which for synchronous calls
@@ -201,7 +202,7 @@ class _Entry:
 
     __slots__ = (
         "record_id", "group", "kind", "is_p2p", "inputs", "outputs", "peer", "collective_seq_id", "p2p_seq_id",
-        "thread", "time_created_ns", "time_started_ns", "time_completed_ns", "state",
+        "thread", "thread_name", "time_created_ns", "time_started_ns", "time_completed_ns", "state",
         "error", "frames", "timed_out", "work",
     )  # fmt: skip
 
@@ -231,7 +232,7 @@ class _Entry:
             "timeout_ms": g.timeout_ms,
             "is_p2p": op[6],
             "thread_id": str(self.thread),
-            "thread_name": thread_names.get(self.thread, ""),
+            "thread_name": self.thread_name if self.thread_name is not None else thread_names.get(self.thread, ""),
             # ptc's own keys (stock tools ignore them)
             "backend": g.backend,
             "generation": g.generation,
@@ -752,7 +753,7 @@ class FlightRecorder:
             if thread not in thread_names:
                 thread_names[thread] = threading.current_thread().name
             entry.state = "scheduled"
-            entry.time_started_ns = entry.time_completed_ns = entry.error = entry.work = None
+            entry.time_started_ns = entry.time_completed_ns = entry.error = entry.work = entry.thread_name = None
             entry.timed_out = False
             entry.frames = _stack(stack_depth) if record_stacks else None
             entry.time_created_ns = time_ns()
@@ -902,7 +903,6 @@ class FlightRecorder:
             status = {slot: (seq, started, completed) for slot, (seq, _, started, completed) in enumerate(tap.status())}
             with self._lock:
                 groups = list(self._all_groups)
-            self._name_threads()
         dicts = [d for d in (e.to_dict(self._thread_names) for e in entries) if d is not None]
         return {
             "version": DUMP_VERSION,
@@ -941,8 +941,8 @@ class FlightRecorder:
         """A record of the native core as an :class:`_Entry` (what dumps and reasons are made from)."""
         entry = _Entry()
         (entry.record_id, slot, entry.kind, entry.collective_seq_id, entry.p2p_seq_id, entry.peer, entry.thread,
-         entry.time_created_ns, entry.time_started_ns, entry.time_completed_ns, entry.state, error,
-         entry.timed_out, entry.inputs, entry.outputs) = record  # fmt: skip
+         entry.thread_name, entry.time_created_ns, entry.time_started_ns, entry.time_completed_ns, entry.state,
+         error, entry.timed_out, entry.inputs, entry.outputs) = record  # fmt: skip
         entry.group = self._all_groups[slot]
         entry.is_p2p = entry.kind in P2P_KINDS
         entry.error = None if error is None else _short_text(error)
@@ -1025,18 +1025,10 @@ class FlightRecorder:
             while self._requests:
                 self._safe_dump(self._requests.popleft())
             if self._tap is not None:
-                self._name_threads(self._tap.take_new_threads())
                 self._dump_native_failures()
             if self._stop.is_set():
                 return
             self._check_timeouts()
-
-    def _name_threads(self, idents: Optional[List[int]] = None) -> None:
-        """Learn the names of live threads (``idents``: those, else all) for the native core's records."""
-        if idents is not None and not idents:
-            return
-        names = {t.ident: t.name for t in threading.enumerate()}
-        self._thread_names.update((i, names[i]) for i in (names if idents is None else idents) if i in names)
 
     def _dump_native_failures(self) -> None:
         """Dump for the calls the native core saw fail (its callback wakes the watchdog)."""

@@ -7,12 +7,12 @@
 //   begin    kind, (sizes, dtype) of the tensors, root/peer, thread, wall time; the
 //            group's sequence counters advance                          -> "scheduled"
 //   started  the backend returned its Work: time; a callback on the Work's future is
-//            added (in C++, so the backend's thread runs it without the GIL)
+//            added (in C++, so the backend's thread runs it without the GIL); a Work
+//            without a CPU future (gloo's send/recv, NCCL) goes to a poller thread
 //                                                                          -> "started"
 //   callback the Work finished: time; its error message if it failed  -> "completed" /
 //            "failed"; a failure is queued for the watchdog, which a byte written to
-//            the recorder's wake-up pipe wakes (so does a thread's first call: Python
-//            names threads, and the watchdog asks while the thread is alive)
+//            the recorder's wake-up pipe wakes
 //
 // Calls reach begin/started either through torch's own C++ pre/post hooks on the
 // process group (where torch has them: c10d/Hooks.hpp, torch 2.14), with no Python
@@ -48,7 +48,6 @@
 #include <thread>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -122,6 +121,24 @@ uint64_t threadId() {  // what Python's threading.get_ident() returns on this th
   return static_cast<uint64_t>(pthread_self());
 }
 
+// threading.current_thread().name ("Dummy-<n>" for a thread Python did not start, as the
+// Python core records it).  Takes the GIL: called once per thread, never under the Tap's
+// lock.  Torch takes the GIL the same way on these threads for Python comm hooks.
+std::string pythonThreadName() {
+#if PY_VERSION_HEX >= 0x030D0000
+  bool finalizing = Py_IsFinalizing();
+#else
+  bool finalizing = _Py_IsFinalizing();
+#endif
+  if (!Py_IsInitialized() || finalizing) return std::string();
+  py::gil_scoped_acquire gil;
+  try {
+    return py::module_::import("threading").attr("current_thread")().attr("name").cast<std::string>();
+  } catch (const std::exception&) {
+    return std::string();
+  }
+}
+
 struct Layout {
   std::vector<int64_t> sizes;
   c10::ScalarType dtype;
@@ -146,7 +163,7 @@ struct Record {
   bool timed_out = false;
   int64_t collective_seq = 0, p2p_seq = 0, peer = -1;
   uint64_t thread = 0;
-  int64_t created = 0, started = 0, completed = 0;  // ns since the epoch; 0: not yet
+  std::string thread_name;  int64_t created = 0, started = 0, completed = 0;  // ns since the epoch; 0: not yet
   std::string error;
   std::vector<Layout> inputs, outputs;  // outputs stay empty for in-place kinds
   c10::intrusive_ptr<c10d::Work> polled;  // held only for a Work without a usable future
@@ -182,6 +199,13 @@ class Tap : public std::enable_shared_from_this<Tap> {
     }
     uint64_t thread = threadId();
     int64_t created = nowNs();
+    // The thread's Python name, asked once per thread (before the lock: it takes the GIL).
+    static thread_local std::string t_name;
+    static thread_local bool t_named = false;
+    if (!t_named) {
+      t_name = pythonThreadName();
+      t_named = true;
+    }
     c10::intrusive_ptr<c10d::Work> dropped;  // released after the lock (see copyOf)
     std::lock_guard<std::mutex> lock(mutex_);
     if (slot < 0 || slot >= static_cast<int64_t>(slots_.size())) return -1;
@@ -202,10 +226,7 @@ class Tap : public std::enable_shared_from_this<Tap> {
     }
     r.peer = peer;
     r.thread = thread;
-    if (threads_seen_.insert(thread).second) {  // a thread's first call: the watchdog names it
-      new_threads_.push_back(thread);
-      wakeLocked();
-    }
+    r.thread_name = t_name;  // per record: a new thread may reuse an ended one's id
     r.created = created;
     r.started = r.completed = 0;
     r.error.clear();
@@ -241,7 +262,11 @@ class Tap : public std::enable_shared_from_this<Tap> {
     } catch (const std::exception&) {
       future.reset();  // e.g. Work::getFuture "not implemented": poll isCompleted() instead
     }
-    if (!future) {  // e.g. gloo's send/recv: the poller thread watches isCompleted()
+    // A device future (NCCL's) completes when the kernel is enqueued, not when it ends, so a
+    // callback would close a hung collective as completed: such Works are polled through
+    // isCompleted() (which asks the device, without blocking), as are Works without a future.
+    if (future && !future->devices().empty()) future.reset();
+    if (!future) {  // the poller thread watches isCompleted() (gloo's send/recv, NCCL)
       std::lock_guard<std::mutex> lock(mutex_);
       Record* r = find(id);
       if (r != nullptr && r->state == STARTED && !r->polled) {
@@ -386,12 +411,6 @@ class Tap : public std::enable_shared_from_this<Tap> {
     return out;
   }
 
-  std::vector<uint64_t> takeNewThreads() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<uint64_t> out;
-    out.swap(new_threads_);
-    return out;
-  }
 
   std::vector<Slot> slots() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -434,6 +453,7 @@ class Tap : public std::enable_shared_from_this<Tap> {
     copy.p2p_seq = r.p2p_seq;
     copy.peer = r.peer;
     copy.thread = r.thread;
+    copy.thread_name = r.thread_name;
     copy.created = r.created;
     copy.started = r.started;
     copy.completed = r.completed;
@@ -443,7 +463,7 @@ class Tap : public std::enable_shared_from_this<Tap> {
     return copy;
   }
 
-  // Wakes the recorder's watchdog thread (a failure to dump for, a thread to name).
+  // Wakes the recorder's watchdog thread (a failure to dump for).
   // Called under the lock, so that close() never races a write to a closed fd.
   void wakeLocked() {
     if (wake_fd_ >= 0) {
@@ -485,8 +505,6 @@ class Tap : public std::enable_shared_from_this<Tap> {
   std::atomic<int64_t> skipped_{0};
   std::vector<int64_t> failures_;
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> open_;  // thread -> (op_id, record id)
-  std::unordered_set<uint64_t> threads_seen_;
-  std::vector<uint64_t> new_threads_;
   static constexpr std::chrono::milliseconds kPollInterval{1};
   int64_t polled_count_ = 0;  // records holding a Work without a future
   bool closed_ = false;
@@ -580,13 +598,13 @@ py::tuple layoutsToPython(const std::vector<Layout>& layouts) {
 
 py::object orNone(int64_t ns) { return ns ? py::object(py::int_(ns)) : py::object(py::none()); }
 
-// (id, slot, kind, collective_seq, p2p_seq, peer, thread, created, started, completed,
-//  state, error, timed_out, inputs, outputs): what fr_native.py turns into entries.
+// (id, slot, kind, collective_seq, p2p_seq, peer, thread, thread_name, created, started,
+//  completed, state, error, timed_out, inputs, outputs): what the recorder turns into entries.
 py::list recordsToPython(const std::vector<Record>& records) {
   py::list out;
   for (const Record& r : records) {
     out.append(py::make_tuple(
-        r.id, r.slot, kKindNames[r.kind], r.collective_seq, r.p2p_seq, r.peer, r.thread, r.created,
+        r.id, r.slot, kKindNames[r.kind], r.collective_seq, r.p2p_seq, r.peer, r.thread, r.thread_name, r.created,
         orNone(r.started), orNone(r.completed), kStateNames[r.state],
         r.error.empty() ? py::object(py::none()) : py::object(py::str(r.error)), r.timed_out,
         layoutsToPython(r.inputs), layoutsToPython(r.outputs)));
@@ -619,7 +637,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       })
       .def_property_readonly("recorded", &Tap::recorded)
       .def_property_readonly("skipped", &Tap::skipped)
-      .def("take_new_threads", &Tap::takeNewThreads)
       .def("close", &Tap::close, py::call_guard<py::gil_scoped_release>())
       .def("attachment", [](std::shared_ptr<Tap> tap, int32_t slot) {
         return std::make_shared<Attachment>(std::move(tap), slot);

@@ -3,7 +3,9 @@
 The core (``fr_native.cpp``) keeps a recorder's ring buffer in C++ and does
 the per-call work there: layouts, sequence ids, times, and the end of each
 call, taken from a callback on the Work's future that the backend's own
-thread runs without the GIL.  Where torch has process-group hooks in C++
+thread runs without the GIL (or, for a Work without a CPU future: gloo's
+send/recv, NCCL's, from a poller thread asking ``isCompleted()`` every
+millisecond while such a Work is open).  Where torch has process-group hooks in C++
 (``c10d/Hooks.hpp``, torch 2.14) the core registers them itself, so a
 recorded collective runs no Python at all; elsewhere ptc's Python method
 wrapper hands calls to it (:mod:`ptc.distributed.fr_capture`).
