@@ -90,12 +90,12 @@ close; importing ptc changes nothing in torch.  ptc records in its own buffer
 and never enables torch's native recorder, so nothing is recorded twice.
 
 What recording costs (``benchmarks/flight_recorder.py``, 2 ranks, 1 MB gloo
-all_reduce, 2-core machine): with the native core, the main thread's CPU time
-per call grows by about 0-1 us through torch 2.14's C++ hooks and about 24 us
-through the method wrapper (torch 2.13), against a 2.4-2.5 ms step (0.02 % and
-1 %); warm, alone, 0-1 and 3 us per call.  The Python core costs 34-44 us per
-call in the loop (1.4-1.8 %; cold caches: a 1 MB all_reduce evicts them
-between calls) and 7-8 us warm.
+all_reduce, 2-core machine, 2.3-2.9 ms per step): with the native core, the
+main thread's CPU time per call grows by 0-8 us through torch 2.14's C++ hooks
+(0.0-0.3 %) and 17-32 us through the method wrapper on torch 2.13 (0.8-0.9 %);
+warm, alone, 0-4 and 3-7 us per call.  The Python core costs 31-69 us per call
+in the loop (0.9-2.4 %; cold caches: a 1 MB all_reduce evicts them between
+calls) and 5-8 us warm.
 """
 
 from __future__ import annotations
