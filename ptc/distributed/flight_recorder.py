@@ -29,8 +29,8 @@ Two cores keep the records (``core=``):
     not (DDP's buckets included).  A Work without a CPU future is watched by
     a poller thread through ``is_completed()``: gloo's send/recv (no future)
     end within a millisecond of their ``wait()`` returning; NCCL's (a device
-    future completes at enqueue) when the GPU has finished them.  Where torch has C++ process-group hooks (2.14) a
-    recorded call runs no Python at all.
+    future completes at enqueue) when the GPU has finished them.  Where torch
+    has C++ process-group hooks (2.14) a recorded call runs no Python at all.
 ``"python"``: the records are Python objects.  The end time is the moment
     ``Work.wait()`` returned in Python, which for synchronous calls
     (``dist.all_reduce(t)``) is when the collective finished; Works nobody
@@ -84,7 +84,8 @@ each attached group, which also sees the collectives C++ issues (DDP);
 elsewhere (2.13), or with ``capture="wrapper"``, it wraps ``ProcessGroup``'s
 collective methods for as long as any recorder is attached, dispatching per
 group, and restores them when the last one detaches (cheaper per call, blind
-to C++-issued calls).  Both wrap ``Work.wait`` while attached, for end times.
+to C++-issued calls).  The Python core also wraps ``Work.wait`` while attached,
+for end times; the native core leaves it alone.
 Either way recording starts only when you attach and stops when you detach or
 close; importing ptc changes nothing in torch.  ptc records in its own buffer
 and never enables torch's native recorder, so nothing is recorded twice.
@@ -288,6 +289,15 @@ def _short(exc: BaseException, limit: int = 500) -> str:
 
 def _short_text(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _pg_status(enqueued: int, started: int, completed: int) -> Dict[str, int]:
+    """A group's ``pg_status`` entry: its last collective sequence ids (-1: none yet)."""
+    return {
+        "last_enqueued_collective": enqueued or -1,
+        "last_started_collective": started,
+        "last_completed_collective": completed,
+    }
 
 
 CORES = ("auto", "native", "python")
@@ -908,14 +918,7 @@ class FlightRecorder:
             "version": DUMP_VERSION,
             "comm_lib_version": f"ptc {ptc.__version__} (torch {torch.__version__})",
             "pg_config": {g.name: {"name": g.name, "desc": g.desc, "ranks": str(g.ranks)} for g in groups},
-            "pg_status": {
-                str(g.pg_id): {
-                    "last_enqueued_collective": status.get(g.pg_id, (0,))[0] or -1,
-                    "last_started_collective": status.get(g.pg_id, (0, -1))[1],
-                    "last_completed_collective": status.get(g.pg_id, (0, -1, -1))[2],
-                }
-                for g in groups
-            },
+            "pg_status": {str(g.pg_id): _pg_status(*status.get(g.pg_id, (0, -1, -1))) for g in groups},
             "entries": dicts,
             "ptc": {
                 "rank": self._rank,

@@ -163,7 +163,8 @@ struct Record {
   bool timed_out = false;
   int64_t collective_seq = 0, p2p_seq = 0, peer = -1;
   uint64_t thread = 0;
-  std::string thread_name;  int64_t created = 0, started = 0, completed = 0;  // ns since the epoch; 0: not yet
+  std::string thread_name;  // Python's name for the thread
+  int64_t created = 0, started = 0, completed = 0;  // ns since the epoch; 0: not yet
   std::string error;
   std::vector<Layout> inputs, outputs;  // outputs stay empty for in-place kinds
   c10::intrusive_ptr<c10d::Work> polled;  // held only for a Work without a usable future
@@ -339,9 +340,10 @@ class Tap : public std::enable_shared_from_this<Tap> {
     return opened.first == op_id ? opened.second : -1;
   }
 
-  // Finds Works without a future that have finished (the poller thread, the watchdog and
-  // dumps call this).  Such a Work (gloo's send/recv) completes inside its wait(), so its
-  // end time is when wait() returned, found within kPollInterval.
+  // Finds polled Works that have finished (the poller thread, the watchdog and dumps call
+  // this).  gloo's send/recv complete inside their wait(), so their end time is when wait()
+  // returned, found within kPollInterval; NCCL's isCompleted() asks the GPU.  The poller
+  // scans the ring once per kPollInterval while any such Work is open (a few us here).
   void poll() {
     std::vector<std::pair<int64_t, c10::intrusive_ptr<c10d::Work>>> held;
     {
@@ -410,7 +412,6 @@ class Tap : public std::enable_shared_from_this<Tap> {
     }
     return out;
   }
-
 
   std::vector<Slot> slots() {
     std::lock_guard<std::mutex> lock(mutex_);
