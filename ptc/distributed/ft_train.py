@@ -527,6 +527,9 @@ class Trainer:
         # (what to reduce, its _filled_wire buffer or None, the bucket it fills or None)
         jobs: List[tuple] = []
         if in_place:
+            # this bucket index may have been copied before DDP rebuilt its buckets (after the first
+            # step): that copy buffer will not be used again
+            self._wire_buffers.pop(("bucket", index), None)
             jobs.append((buffer, None, buffer))
             if last:
                 sent = self._filled_wire("vote", [], wire, vote, buffer.device)

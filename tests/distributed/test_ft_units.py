@@ -921,19 +921,36 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
     expected = _replay_two(make, batches, steps=3)
     for t in trainers:
         assert t.step == 3 and not t._hook_pending
-        # the 4290-element bucket was reduced in place; the last ones (step 0's and the 256) were copied
-        assert sorted(b.flat.numel() for b in t._wire_buffers.values()) == [256 + flags, 4546 + flags]
+        # the 4290-element bucket was reduced in place; the last one (the 256) was copied, and
+        # step 0's copy of the single bucket it rebuilt from is released, not kept for good
+        assert sorted(b.flat.numel() for b in t._wire_buffers.values()) == [256 + flags]
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
 
 
+class _TransposedStats(torch.nn.Module):
+    """A buffer that is a non-contiguous view (a transpose), updated by every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(4, 3).t())
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.seen.add_(x.detach().mean(0)[None, :])
+        return x
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 @pytest.mark.parametrize("sync", [True, False])
-def test_ddp_module_buffers_are_rank_0s_at_every_forward_as_with_ddp(coordinator, sync):
+def test_ddp_module_buffers_are_rank_0s_at_every_forward_as_with_ddp(coordinator, sync, layout):
     """DDP's forward_sync_buffers (default on) over the fault-tolerant group: at the start of each
     forward every member holds rank 0's buffers (DDP's own broadcast would run on its process-local
-    group and change nothing); with forward_sync_buffers=False each member keeps its own."""
+    group and change nothing); with forward_sync_buffers=False each member keeps its own.  A buffer
+    that is a non-contiguous view is written through its own strides."""
     def make():
-        return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+        stats = torch.nn.BatchNorm1d(4) if layout == "contiguous" else _TransposedStats()
+        return torch.nn.Sequential(torch.nn.Linear(3, 4), stats, torch.nn.Linear(4, 2))
 
     seen = {}  # step -> rank -> the buffers as compute() found them
     after = {}  # step -> rank 0's buffers after its forward
@@ -950,6 +967,8 @@ def test_ddp_module_buffers_are_rank_0s_at_every_forward_as_with_ddp(coordinator
         equal = all(torch.equal(a, b) for a, b in zip(seen[step][0], seen[step][1]))
         assert equal is sync, (step, seen[step])
     assert not torch.equal(seen[0][0][0], seen[2][0][0])  # the forwards did update them (running_mean)
+    if layout == "transposed":  # still the module's own view, written in place
+        assert all(not t.module[1].seen.is_contiguous() and t.module[1].seen.stride() == (1, 3) for t in trainers)
 
 
 @pytest.mark.parametrize("ddp", [False, True])
