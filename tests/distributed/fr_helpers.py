@@ -104,6 +104,25 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def gloo_groups(size: int, timeout_s: float = 30.0) -> list:
+    """The ``size`` gloo process groups of one world, all in this process (rank r's is item r),
+    connected in threads; built without c10d's registry of groups."""
+    import threading
+
+    from ptc import _compat
+
+    store = dist.HashStore()
+    groups: list = [None] * size
+
+    def connect(rank: int) -> None:
+        groups[rank] = _compat.gloo_process_group(store, rank, size, datetime.timedelta(seconds=timeout_s))
+
+    threads = [threading.Thread(target=connect, args=(r,)) for r in range(size)]
+    [t.start() for t in threads], [t.join(30) for t in threads]
+    assert all(g is not None for g in groups), "the gloo groups did not connect"
+    return groups
+
+
 def fake_group(rank: int, size: int):
     """A process group built by hand on the ``fake`` backend (no c10d registration, no name)."""
     from torch._C._distributed_c10d import FakeProcessGroup

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fr_helpers import SimulatedRanks, fake_group, wait_for
+from fr_helpers import SimulatedRanks, fake_group, gloo_groups, wait_for
 from ptc import _compat
 from ptc.distributed import FlightRecorder, capability, fr_analysis, fr_native
 from ptc.distributed import flight_recorder as fr
@@ -366,21 +366,10 @@ def test_stacks_are_recorded_only_when_asked(fake_world, tmp_path):
     assert all(not f["filename"].startswith(os.path.dirname(fr.__file__)) for f in entry["frames"])
 
 
-def _solo_gloo_group():
-    import datetime
-
-    store = dist.HashStore()
-    pg = dist.ProcessGroup(store, 0, 1)
-    backend = dist.ProcessGroupGloo(store, 0, 1, datetime.timedelta(seconds=30))
-    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
-    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-    return pg
-
-
 def test_completion_time_is_when_the_work_ends(core, tmp_path):
     """The Python core: a waited Work completes when wait() returns, one nobody waits on when next
     seen done.  The native core: every Work when it ends (its future's callback), waited or not."""
-    pg = _solo_gloo_group()
+    (pg,) = gloo_groups(1)
     pause_ns = 300_000_000
     with FlightRecorder(dump_dir=tmp_path, rank=0, core=core) as rec:
         rec.attach(pg, name="solo", ranks=[0])
@@ -406,17 +395,7 @@ def test_a_wait_that_runs_out_while_the_collective_goes_on_is_no_failure(core, t
     like this first): no failure, no dump; the entry completes when the collective does."""
     import datetime
 
-    from ptc import _compat
-
-    store = dist.HashStore()
-    timeout = datetime.timedelta(seconds=30)
-    groups = [None, None]
-
-    def connect(rank):
-        groups[rank] = _compat.gloo_process_group(store, rank, 2, timeout)
-
-    threads = [threading.Thread(target=connect, args=(r,)) for r in range(2)]
-    [t.start() for t in threads], [t.join(30) for t in threads]
+    groups = gloo_groups(2)
     with FlightRecorder(dump_dir=tmp_path, rank=0, core=core) as rec:
         rec.attach(groups[0], name="pair", ranks=[0, 1])
         work = groups[0].allreduce([torch.ones(4)])  # rank 1 is not there yet

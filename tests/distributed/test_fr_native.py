@@ -8,7 +8,6 @@ the backend's callback, polled Works without a future, and its lifetime.
 
 from __future__ import annotations
 
-import datetime
 import os
 import select
 import sys
@@ -18,7 +17,7 @@ import time
 import pytest
 import torch
 
-from fr_helpers import wait_for
+from fr_helpers import gloo_groups, wait_for
 from ptc import _compat
 from ptc.distributed import FlightRecorder, fr_analysis, fr_native
 from ptc.distributed import flight_recorder as fr
@@ -30,24 +29,6 @@ MECHANISMS = ["hooks", "wrapper"] if _compat.PROCESS_GROUP_HOOKS else ["wrapper"
 @pytest.fixture(autouse=True)
 def native():
     return fr_native.load(build=True)
-
-
-def _pair(timeout_s: float):
-    """Two gloo groups of one two-rank world, both in this process (rank 0 and rank 1)."""
-    store = torch.distributed.HashStore()
-    groups = [None, None]
-
-    def connect(rank):
-        groups[rank] = _compat.gloo_process_group(store, rank, 2, datetime.timedelta(seconds=timeout_s))
-
-    threads = [threading.Thread(target=connect, args=(r,)) for r in range(2)]
-    [t.start() for t in threads], [t.join(30) for t in threads]
-    assert all(g is not None for g in groups), "the pair did not connect"
-    return groups
-
-
-def _solo():
-    return _compat.gloo_process_group(torch.distributed.HashStore(), 0, 1, datetime.timedelta(seconds=30))
 
 
 def _ptc_python_calls(run) -> set:
@@ -70,7 +51,7 @@ def _ptc_python_calls(run) -> set:
 def test_a_recorded_call_runs_no_recorder_python(capture, tmp_path):
     """With torch's C++ hooks a recorded collective runs no Python of ptc at all; through the
     method wrapper (torch without hooks) only the wrapper and its argument extraction do."""
-    pg = _solo()
+    (pg,) = gloo_groups(1)
     t = torch.ones(4)
     with FlightRecorder(dump_dir=tmp_path, rank=0, capture=capture, core="native") as rec:
         rec.attach(pg, name="solo", ranks=[0])
@@ -89,7 +70,7 @@ def test_a_backend_failure_nobody_waits_for_is_dumped(core, tmp_path):
     """Rank 1 never arrives; gloo fails rank 0's all_reduce after its timeout.  Nobody calls
     wait(): the native core hears it from the future's callback at once, the Python core
     finds it at the watchdog's next look.  Either way the entry fails and a dump says why."""
-    groups = _pair(timeout_s=1.0)
+    groups = gloo_groups(2, timeout_s=1.0)
     with FlightRecorder(dump_dir=tmp_path, rank=0, core=core, poll_interval=0.1, timeout=60) as rec:
         rec.attach(groups[0], name="pair", ranks=[0, 1])
         work = groups[0].allreduce([torch.ones(4)])
@@ -105,7 +86,7 @@ def test_a_backend_failure_nobody_waits_for_is_dumped(core, tmp_path):
 def test_a_work_without_a_future_ends_when_its_wait_returns(tmp_path):
     """gloo's send/recv Works have no future to call back: the core's poller thread watches
     them (only while one is held) and closes them within a few ms of their wait() returning."""
-    groups = _pair(timeout_s=30)
+    groups = gloo_groups(2)
     with FlightRecorder(dump_dir=tmp_path, rank=0, core="native", poll_interval=60) as rec:
         rec.attach(groups[0], name="pair", ranks=[0, 1])
         send = groups[0].send([torch.ones(3)], 1, 0)
@@ -124,7 +105,7 @@ def test_a_work_without_a_future_ends_when_its_wait_returns(tmp_path):
 def test_each_call_keeps_its_own_threads_name(tmp_path):
     """Thread ids are reused once a thread ends (glibc hands the next thread the same one);
     the native core keeps the name with each call, so the first thread's calls keep its name."""
-    pg = _solo()
+    (pg,) = gloo_groups(1)
     idents = []
 
     def issue():
@@ -145,7 +126,7 @@ def test_each_call_keeps_its_own_threads_name(tmp_path):
 def test_a_failure_after_close_writes_to_no_reused_descriptor(tmp_path):
     """A collective that fails after its recorder closed still runs the core's callback; it must
     not write its wake-up byte to the closed pipe's descriptor, which a new file may reuse."""
-    groups = _pair(timeout_s=1.0)
+    groups = gloo_groups(2, timeout_s=1.0)
     rec = FlightRecorder(dump_dir=tmp_path, rank=0, core="native").attach(groups[0], name="pair", ranks=[0, 1])
     work = groups[0].allreduce([torch.ones(4)])  # rank 1 never arrives: fails after 1 s
     rec.close()
