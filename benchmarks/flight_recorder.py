@@ -56,13 +56,10 @@ def _per_call_cost_us(capture: str, core: str, calls: int = 2000, rounds: int = 
     import torch
     import torch.distributed as dist
 
+    from ptc import _compat
     from ptc.distributed import FlightRecorder
 
-    store = dist.HashStore()
-    pg = dist.ProcessGroup(store, 0, 1)
-    backend = dist.ProcessGroupGloo(store, 0, 1, datetime.timedelta(seconds=60))
-    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
-    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    pg = _compat.gloo_process_group(dist.HashStore(), 0, 1, datetime.timedelta(seconds=60))
     t = torch.ones(4)
     rec = FlightRecorder(capacity=2048, rank=0, dump_dir=tempfile.mkdtemp(prefix="ptc-fr-bench-"), capture=capture,
                          core=core)  # fmt: skip

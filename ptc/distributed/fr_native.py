@@ -5,10 +5,10 @@ the per-call work there: layouts, sequence ids, times, and the end of each
 call, taken from a callback on the Work's future that the backend's own
 thread runs without the GIL (or, for a Work without a CPU future: gloo's
 send/recv, NCCL's, from a poller thread asking ``isCompleted()`` every
-millisecond while such a Work is open).  Where torch has process-group hooks in C++
-(``c10d/Hooks.hpp``, torch 2.14) the core registers them itself, so a
-recorded collective runs no Python at all; elsewhere ptc's Python method
-wrapper hands calls to it (:mod:`ptc.distributed.fr_capture`).
+millisecond while such a Work is open).  Where torch has process-group
+hooks in C++ (``c10d/Hooks.hpp``, torch 2.14) the core registers them
+itself, so a recorded collective runs no Python at all; elsewhere ptc's
+Python method wrapper hands calls to it (:mod:`ptc.distributed.fr_capture`).
 
 It is a torch C++ extension, compiled once per torch version with the
 machine's C++ compiler and ``ninja`` (about 30-40 s on 2 cores) and cached
@@ -39,7 +39,7 @@ import torch
 
 from ptc.errors import FeatureUnavailable
 
-__all__ = ["SOURCE", "build_dir", "load", "loaded", "module_name", "status"]
+__all__ = ["SOURCE", "build_dir", "load", "module_name", "status"]
 
 SOURCE = Path(__file__).with_name("fr_native.cpp")
 DIR_ENV = "PTC_NATIVE_DIR"
@@ -138,11 +138,6 @@ def load(build: bool = False) -> Optional[ModuleType]:
             return None
         _MODULE.append(module)
         return module
-
-
-def loaded() -> bool:
-    """Whether the core is loaded in this process."""
-    return bool(_MODULE)
 
 
 def status() -> str:
