@@ -77,15 +77,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--until-size", type=int, default=0,
                         help="after --steps, keep training until the group has this many members again (max 20000 steps)")
     parser.add_argument("--fr-dir", default=None, help="record collectives with a Flight Recorder dumping here")
-    parser.add_argument("--last-bucket-in-place-min-bytes", type=int, default=None,
-                        help="with --ddp: ft_train.LAST_BUCKET_IN_PLACE_MIN_BYTES (0: every bucket in place)")
+    parser.add_argument("--vote-copy-max-bytes", type=int, default=None,
+                        help="with --ddp: ft_train.VOTE_COPY_MAX_BYTES (0: every bucket in place, the vote alone)")
     parser.add_argument("--ddp-hook-min-bytes", type=int, default=None,
                         help="with --ddp: ft_train.DDP_HOOK_MIN_BYTES (0: the comm hook even for this small model)")
     args = parser.parse_args(argv)
     from ptc.distributed import ft_train
 
-    if args.last_bucket_in_place_min_bytes is not None:
-        ft_train.LAST_BUCKET_IN_PLACE_MIN_BYTES = args.last_bucket_in_place_min_bytes
+    if args.vote_copy_max_bytes is not None:
+        ft_train.VOTE_COPY_MAX_BYTES = args.vote_copy_max_bytes
     if args.ddp_hook_min_bytes is not None:
         ft_train.DDP_HOOK_MIN_BYTES = args.ddp_hook_min_bytes
     started = time.time()

@@ -45,13 +45,13 @@ add up exactly (see :func:`vote_flags`).
 
 With ``ddp=True`` the model is wrapped in torch's ``DistributedDataParallel``
 on a process-local group, with a communication hook that runs each gradient
-bucket's allreduce on the fault-tolerant group (the last bucket carries the
+bucket's allreduce on the fault-tolerant group (one bucket carries the
 vote); a crash inside the gradient allreduce makes the hook hand the
 buckets back unreduced and the step is not committed, so backward never
 fails.  Each bucket's allreduce starts as soon as DDP hands it over,
 overlapping the rest of backward as with DDP's own hook, and runs in place
-in DDP's bucket like DDP's own (only a small last bucket is copied, with the
-vote; an abandoned one ends before the next attempt touches a gradient;
+in DDP's bucket like DDP's own (only the bucket the vote rides with is
+copied: the previous step's smallest, or the last, when under 4 MiB; an abandoned one ends before the next attempt touches a gradient;
 see :meth:`Trainer._hook_start`).  A model whose gradients fit in one small
 bucket (under ``DDP_HOOK_MIN_BYTES``, 512 KiB, and DDP's bucket cap) has
 nothing to overlap: it gets no hook, DDP runs as under ``no_sync()``, and the
@@ -85,11 +85,15 @@ import torch
 from ptc.distributed.ft_group import FaultTolerantGroup, Fenced
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
-# The last DDP bucket of a step is reduced in place when it has at least this many bytes, with the
-# vote in an allreduce of its own; a smaller one is copied with the vote appended (one collective).
-# Measured here (one thread, warm cache): one more small collective costs its caller about 38 us,
-# a copy of 256 KiB 10 us and of 1 MiB 64 us.  Other buckets are always reduced in place.
-LAST_BUCKET_IN_PLACE_MIN_BYTES = 512 * 1024
+# With ddp=True the step's vote rides with one gradient bucket, copied with the vote appended (one
+# collective): the smallest bucket of the previous step when it has at most this many bytes (DDP's
+# buckets keep their layout from step to step), else the last one when it is that small; every other
+# bucket is reduced in place, in DDP's own buffer.  With no bucket that small the vote goes in an
+# allreduce of its own after the last bucket.  Measured on the 2-core test machine (4 workers,
+# benchmarks/ft.py's 1.6M-parameter model, blocks in the same processes): that one more 20-byte
+# collective cost 2 to 14 points of step time (a collective wakes every worker's threads a few
+# times), while copying a bucket costs 64 us per MiB (one thread, warm cache).
+VOTE_COPY_MAX_BYTES = 4 * 1024 * 1024
 
 # With ddp=True, a model whose gradients take fewer bytes than this (and fit in one bucket of DDP's
 # bucket cap) gets no comm hook: DDP would hand them over as one bucket at the very end of backward,
@@ -279,6 +283,9 @@ class Trainer:
         self._wire_buffers: Dict[Any, _WireBuffer] = {}
         self._hook_pending: List[tuple] = []  # buckets whose allreduce started, waited by the last one's hook
         self._hook_abandoned: List[Any] = []  # Works of failed steps that reduce in DDP's buckets in place
+        self._vote_sent = False  # this attempt's vote went out with a bucket (ddp=True)
+        self._vote_index: Optional[int] = None  # the bucket the vote rides with (see _hook_start)
+        self._bucket_bytes: Dict[int, int] = {}  # DDP's bucket sizes, by index, as last seen
         if ddp_options is not None and not ddp:
             raise PtcValueError("ddp_options: given without ddp=True")
         if "process_group" in (ddp_options or {}):
@@ -430,7 +437,7 @@ class Trainer:
                     grads.append(p.grad)
             if grads:
                 torch._foreach_zero_(grads)
-        self._hook_failure, self._hook_flags = None, None
+        self._hook_failure, self._hook_flags, self._vote_sent = None, None, False
         if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
             self._hook_finish(wait=False)
         if self._hook_abandoned:
@@ -511,19 +518,32 @@ class Trainer:
         """Start bucket ``index``'s allreduce; :meth:`_hook_finish` waits for it.
 
         A bucket whose dtype is the wire dtype is reduced in place, in DDP's bucket (the
-        gradients themselves, with ``gradient_as_bucket_view``), like DDP's own hook does; the
-        last one only if it has ``LAST_BUCKET_IN_PLACE_MIN_BYTES`` or more, since the vote then
-        needs an allreduce of its own, issued right after it.  Other buckets travel in a
-        :meth:`_filled_wire` buffer (the last one's with the vote appended: one collective).  In place
+        gradients themselves, with ``gradient_as_bucket_view``), like DDP's own hook does, unless
+        it carries the step's vote: then it travels in a :meth:`_filled_wire` buffer with the vote
+        appended (one collective), as does a bucket of another dtype.  The vote rides with the
+        first bucket that is copied anyway, or with the smallest bucket of the previous step
+        (``_vote_index``) or the last one, when it has at most ``VOTE_COPY_MAX_BYTES``; a big last
+        bucket that finds the vote unsent is reduced in place and the vote follows it in an
+        allreduce of its own.  So every step sends the vote exactly once.  In place
         is safe because no abandoned collective outlives the recovery: both engines end a
         replaced generation's pending collectives at once (see ``ft_group._retire``), and
         :meth:`_drain_abandoned` waits for them before the next attempt touches a gradient.
         """
         ft = self.group
         wire = wire_dtype({buffer.dtype}, ft.size)
-        in_place = buffer.dtype == wire and (
-            not last or buffer.numel() * buffer.element_size() >= LAST_BUCKET_IN_PLACE_MIN_BYTES)
-        vote = self._vote(wire) if last else []
+        nbytes = buffer.numel() * buffer.element_size()
+        self._bucket_bytes[index] = nbytes
+        copied_anyway = buffer.dtype != wire
+        small = nbytes <= VOTE_COPY_MAX_BYTES
+        vote_here = not self._vote_sent and (last or copied_anyway or (index == self._vote_index and small))
+        in_place = not copied_anyway and not (vote_here and small)
+        vote = self._vote(wire) if vote_here else []
+        self._vote_sent = self._vote_sent or vote_here
+        if last:  # where the next step's vote rides: DDP keeps its bucket layout (it is rebuilt once, after step 1)
+            sizes = {i: n for i, n in self._bucket_bytes.items() if i <= index}
+            self._bucket_bytes = sizes
+            smallest = min(sizes, key=lambda i: (sizes[i], i))
+            self._vote_index = smallest if sizes[smallest] <= VOTE_COPY_MAX_BYTES else None
         # (what to reduce, its _filled_wire buffer or None, the bucket it fills or None)
         jobs: List[tuple] = []
         if in_place:
@@ -531,7 +551,7 @@ class Trainer:
             # step): that copy buffer will not be used again
             self._wire_buffers.pop(("bucket", index), None)
             jobs.append((buffer, None, buffer))
-            if last:
+            if vote:
                 sent = self._filled_wire("vote", [], wire, vote, buffer.device)
                 jobs.append((sent.flat, sent, None))
         else:
@@ -653,7 +673,7 @@ class Trainer:
 
 def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them against its own types
     """DDP communication hook: each bucket is averaged over the fault-tolerant
-    group; the last bucket carries the vote.  After a failure the remaining
+    group; one of them carries the vote (see ``Trainer._hook_start``).  After a failure the remaining
     buckets keep their local gradients (the step will not be committed).
 
     Each bucket's allreduce starts when DDP hands the bucket over, so backward

@@ -53,7 +53,7 @@ def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, path):
     # gradients; in place: collective 4 + 2 s + 1 is step s's bucket, the next one its vote
     hook = ["--ddp-hook-min-bytes", "0"]
     extra, k = {"after_backward": ([], 20), "copied": (hook, 20),
-                "in_place": (hook + ["--last-bucket-in-place-min-bytes", "0"], 19)}[path]  # fmt: skip
+                "in_place": (hook + ["--vote-copy-max-bytes", "0"], 19)}[path]  # fmt: skip
     outcome = run_scenario(tmp_path, 3, steps=30, ddp=True, faults=[F.kill_in_collective(k, worker=1)], extra=extra)
     check_consistent(outcome, expect_workers=[0, 2])
     assert _failed(outcome, 1), outcome.describe()

@@ -906,7 +906,8 @@ def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordi
 
 def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
     """Several DDP buckets: each one's allreduce starts when DDP hands it over, the last one's hook
-    waits for them all; every bucket is averaged and the vote rides only with the last."""
+    waits for them all; every bucket is averaged and the vote rides with one of them: the previous
+    step's smallest (so, right after DDP's rebuild, with the bucket at the old one's index)."""
     def make():
         return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                    torch.nn.Linear(64, 2))  # fmt: skip
@@ -914,8 +915,9 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
     trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3,
                                                  ddp_options={"bucket_cap_mb": 0.005})  # fmt: skip
     flags = vote_flags(0, False, 2, torch.float32).numel()
-    # step 0 has one bucket; DDP rebuilds its buckets after it: two from step 1 on (per member)
-    assert sorted(n for _, n in wires) == sorted([4546 + flags] * 2 + [4290, 256 + flags] * 4), wires
+    # step 0 has one bucket; DDP rebuilds its buckets after it: two from step 1 on (per member); the
+    # vote rides with the one at index 0 in step 1 (step 0's smallest), with the 256 one in step 2
+    assert sorted(n for _, n in wires) == sorted([4546 + flags] * 2 + [4290 + flags, 256] * 2 + [4290, 256 + flags] * 2), wires
     # each member waits for a step's buckets only after starting all of them
     assert order == {w: ["start", "wait"] + ["start", "start", "wait", "wait"] * 2 for w in (0, 1)}, order
     expected = _replay_two(make, batches, steps=3)
@@ -1077,15 +1079,16 @@ def test_extra_state_travels_with_the_model_and_the_optimizer(coordinator):
 
 
 def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coordinator, monkeypatch):
-    """Every bucket but the last is reduced in DDP's own bucket (no copy); the last one too when it has
-    LAST_BUCKET_IN_PLACE_MIN_BYTES or more, its vote then in an allreduce of its own.  Same mean."""
+    """Buckets are reduced in DDP's own bucket (no copy), except the one the vote rides with: the previous
+    step's smallest or the last one, when it has at most VOTE_COPY_MAX_BYTES.  With no bucket that small
+    (step 0's one bucket) the vote goes in an allreduce of its own.  Same mean."""
     from ptc.distributed import ft_train
 
     def make():
         return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                    torch.nn.Linear(64, 2))  # fmt: skip
 
-    monkeypatch.setattr(ft_train, "LAST_BUCKET_IN_PLACE_MIN_BYTES", 1000 * 4)  # step 0's one bucket, not the 256
+    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", 1000 * 4)  # not step 0's one bucket, the 256 one
     trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3,
                                                  ddp_options={"bucket_cap_mb": 0.005})  # fmt: skip
     flags = vote_flags(0, False, 2, torch.float32).numel()
@@ -1098,6 +1101,40 @@ def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coord
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
         assert [b.flat.numel() for b in t._wire_buffers.values()] == [flags, 256 + flags]  # the vote's and the copied bucket's
+
+
+def test_the_vote_rides_with_the_previous_steps_smallest_ddp_bucket(coordinator, monkeypatch):
+    """DDP keeps its bucket layout from step to step: the vote rides with the smallest bucket of the
+    previous step, here the first one (copied early in backward), while the big last bucket is reduced
+    in place and no allreduce of the vote's own follows it.  Same mean, and the vote is read: with one
+    member a step ahead, neither commits."""
+    from ptc.distributed import ft_train
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+
+    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", 600)  # the 129-element bucket, not the 192 one
+    ahead = {}
+
+    def one_member_a_step_ahead(trainers):
+        trainers[0].step += 1
+        x = torch.randn(6, 3, generator=torch.Generator().manual_seed(99))
+        ahead["committed"] = _each(trainers, lambda t: t._attempt(lambda info: t.model(x).sum().backward()))
+        trainers[0].step -= 1
+
+    trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3, then=one_member_a_step_ahead,
+                                                 ddp_options={"bucket_cap_mb": 0.00049})  # fmt: skip
+    flags = vote_flags(0, False, 2, torch.float32).numel()
+    # step 0: one bucket, in place (too big to carry the vote), the vote alone; DDP then rebuilds its
+    # buckets: step 1 (sizes still step 0's) sends the vote alone again; step 2 and the attempt carry it
+    # with bucket 0, the 192-element last bucket goes in place
+    assert sorted(n for _, n in wires) == sorted([321, flags] * 2 + [129, 192, flags] * 2 + [129 + flags, 192] * 4), wires
+    assert ahead["committed"] == [False, False] and [t.step for t in trainers] == [3, 3], ahead
+    expected = _replay_two(make, batches, steps=3)
+    for t in trainers:
+        assert t._vote_index == 0 and not t._hook_pending and not t._hook_abandoned
+        for p, e in zip(t.module.parameters(), expected.parameters()):
+            assert torch.equal(p, e)
 
 
 def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
