@@ -51,8 +51,9 @@ buckets back unreduced and the step is not committed, so backward never
 fails.  Each bucket's allreduce starts as soon as DDP hands it over,
 overlapping the rest of backward as with DDP's own hook, and runs in place
 in DDP's bucket like DDP's own (only the bucket the vote rides with is
-copied: the previous step's smallest, or the last, when under 4 MiB; an abandoned one ends before the next attempt touches a gradient;
-see :meth:`Trainer._hook_start`).  A model whose gradients fit in one small
+copied: the previous step's smallest, or the last, when under 4 MiB; an
+abandoned one ends before the next attempt touches a gradient; see
+:meth:`Trainer._hook_start`).  A model whose gradients fit in one small
 bucket (under ``DDP_HOOK_MIN_BYTES``, 512 KiB, and DDP's bucket cap) has
 nothing to overlap: it gets no hook, DDP runs as under ``no_sync()``, and the
 Trainer reduces the gradients after backward as it does without DDP (a comm
@@ -539,7 +540,7 @@ class Trainer:
         in_place = not copied_anyway and not (vote_here and small)
         vote = self._vote(wire) if vote_here else []
         self._vote_sent = self._vote_sent or vote_here
-        if last:  # where the next step's vote rides: DDP keeps its bucket layout (it is rebuilt once, after step 1)
+        if last:  # where the next step's vote rides: DDP keeps its layout (rebuilt once, after the first step)
             sizes = {i: n for i, n in self._bucket_bytes.items() if i <= index}
             self._bucket_bytes = sizes
             smallest = min(sizes, key=lambda i: (sizes[i], i))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import socket
 import threading
 import time
@@ -1135,6 +1136,56 @@ def test_the_vote_rides_with_the_previous_steps_smallest_ddp_bucket(coordinator,
         assert t._vote_index == 0 and not t._hook_pending and not t._hook_abandoned
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
+
+
+def test_a_failed_bucket_carrying_the_vote_commits_nothing_and_backward_completes(monkeypatch):
+    """The vote rides with bucket 0 (copied); its allreduce fails: backward still completes (every
+    bucket's future is set), the step is not committed, the in-place last bucket's Work is kept as
+    abandoned and the next attempt waits for it, then commits the same step."""
+    from ptc.distributed import ft_train
+
+    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", 600)  # as in the test above: bucket 0 carries it
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+        reference = copy.deepcopy(model)
+        t = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=True,
+                    ddp_options={"bucket_cap_mb": 0.00049})  # fmt: skip
+        batches = [torch.randn(6, 3, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+
+        def compute(info):
+            t.model(batches[info.step]).abs().pow(2).mean().backward()
+
+        for _ in range(2):
+            t.run_step(compute)
+        assert t._vote_index == 0
+        awaited, real_await = [], group._await
+
+        def failing_await(what, gen, work):
+            awaited.append(work)
+            if len(awaited) == 1:  # bucket 0, with the vote
+                raise PeerFailure([], gen.number, "injected")
+            return real_await(what, gen, work)
+
+        group._await = failing_await
+        with pytest.raises(PeerFailure, match="injected"):
+            t._attempt(compute)
+        assert t.step == 2 and len(awaited) == 1 and not t._hook_pending and len(t._hook_abandoned) == 1
+        group._await = real_await
+        t.run_step(compute)  # drains the abandoned Work, then the same step again
+        assert t.step == 3 and not t._hook_abandoned
+        opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+        for x in batches:
+            opt.zero_grad()
+            reference(x).abs().pow(2).mean().backward()
+            opt.step()
+        for p, e in zip(model.parameters(), reference.parameters()):
+            assert torch.equal(p, e)
+    finally:
+        group.close()
+        c.stop()
 
 
 def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
