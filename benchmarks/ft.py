@@ -25,8 +25,10 @@ before the signal):
   alternating blocks of steps, each compared with the plain-DDP block beside
   it, for ft_example's MLP and for a float32 model of 1.6M parameters (where
   the gradients' bytes count); much steadier than separate jobs on 2 cores;
-  with a fourth variant, DDP with torch's own Python allreduce hook (no fault
-  tolerance): what a communication hook written in Python costs by itself;
+  with DDP with torch's own Python allreduce hook (no fault tolerance): what a
+  communication hook written in Python costs by itself, and ptc's ``ddp=True``
+  with its C++ hook (built first; the Python one when it cannot be built) and
+  with its Python hook;
 * how kill-to-resume and rejoin grow with the world size;
 * torchrun ``--max-restarts 1`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
   and a checkpoint every 20 steps: kill -> first step after the restart,
@@ -345,8 +347,9 @@ def paired_overhead(world: int, blocks: int, block_steps: int, engine: str, mode
         return {"error": f"no result (worker logs in {out / 'logs'})"}
     data = json.loads(path.read_text())
     rows = data["blocks"]
-    result: Dict[str, Any] = {"blocks": len(rows), "block_steps": block_steps, "generation": data["generation"]}
-    for name in ("plain", "hooked", "trainer", "ddp"):
+    result: Dict[str, Any] = {"blocks": len(rows), "block_steps": block_steps, "generation": data["generation"],
+                              "ddp_hook": data.get("ddp_hook")}  # fmt: skip
+    for name in ("plain", "hooked", "trainer", "ddp", "ddp_python"):
         r = result[name] = {}
         for key in ("wall_ms", "cpu_ms"):
             r[key] = statistics.median(row[name][key] for row in rows)
@@ -637,6 +640,12 @@ def main() -> int:
               f"processes ({blocks} blocks; overhead: median of the per-block ratios to the plain-DDP block, "
               f"[interquartile range]), engine {engines[0]}")  # fmt: skip
         results["paired"] = {}
+        try:  # built here once, not by every worker at once (the workers' Trainer then finds it built)
+            from ptc.distributed import ft_native
+
+            ft_native.load(build=True)
+        except Exception as exc:  # noqa: BLE001 - then ddp=True runs the Python hook, and says so
+            print(f"  (the native DDP hook is not available: {exc}; ddp=True runs the Python hook)")
         for model, block_steps, label in (("mlp", 40, "ft_example's MLP, float64, 577 parameters"),
                                           ("wide", 4, "float32 MLP, 1.6M parameters (6.3 MB of gradients)")):  # fmt: skip
             pr = results["paired"][model] = paired_overhead(world, blocks, block_steps, engines[0], model)
@@ -645,9 +654,10 @@ def main() -> int:
                 print(f"    {pr['error']}")
                 continue
             for name, title in (("plain", "plain DDP (gloo)"), ("hooked", "DDP + torch's Python hook"),
-                                ("trainer", "ptc Trainer"), ("ddp", "ptc Trainer, ddp=True")):  # fmt: skip
+                                ("trainer", "ptc Trainer"), ("ddp", f"ptc ddp=True ({pr['ddp_hook'] or 'no'} hook)"),
+                                ("ddp_python", "ptc ddp=True, ddp_hook=python")):  # fmt: skip
                 r = pr[name]
-                line = f"    {title:26} {r['wall_ms']:8.2f} ms  {r['cpu_ms']:7.2f} ms CPU"
+                line = f"    {title:30} {r['wall_ms']:8.2f} ms  {r['cpu_ms']:7.2f} ms CPU"
                 if name != "plain":
                     line += (f"   wall {r['wall_ms_overhead_pct']:+.1f} % {r['wall_ms_overhead_iqr_pct']}"
                              f"   CPU {r['cpu_ms_overhead_pct']:+.1f} % {r['cpu_ms_overhead_iqr_pct']}")  # fmt: skip

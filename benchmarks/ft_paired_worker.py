@@ -10,7 +10,8 @@ model, each with its own SGD optimizer:
 * ``hooked``: the same with torch's own Python communication hook
   (``ddp_comm_hooks.default_hooks.allreduce_hook``): what any Python hook costs, fault tolerant or not;
 * ``trainer``: :class:`ptc.distributed.Trainer` on the fault-tolerant group;
-* ``ddp``: ``Trainer(..., ddp=True)`` (DDP with ptc's communication hook).
+* ``ddp``: ``Trainer(..., ddp=True)`` (DDP with ptc's communication hook: the C++ one where it is built);
+* ``ddp_python``: the same with ``ddp_hook="python"``.
 
 (``--model wide``: a float32 MLP of 1.6M parameters instead, whose 6.3 MB of
 gradients make the allreduce's bytes count) and runs them in alternating blocks of ``--block-steps`` steps, the order rotated
@@ -33,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("plain", "hooked", "trainer", "ddp")
+VARIANTS = ("plain", "hooked", "trainer", "ddp", "ddp_python")
 
 
 def _wide():
@@ -91,9 +92,9 @@ def main() -> int:
     hooked_model.register_comm_hook(plain_pg, allreduce_hook)
     hooked_opt = optimizer(hooked_model)
     trainers = {}
-    for name in ("trainer", "ddp"):
+    for name, options in (("trainer", {}), ("ddp", {"ddp": True}), ("ddp_python", {"ddp": True, "ddp_hook": "python"})):
         model = make_model()
-        trainers[name] = Trainer(ft, model, optimizer(model), ddp=name == "ddp")
+        trainers[name] = Trainer(ft, model, optimizer(model), **options)
     steps = {name: 0 for name in VARIANTS}
 
     def ddp_step(name: str, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
@@ -126,6 +127,7 @@ def main() -> int:
     if rank == 0:
         Path(args.out).write_text(json.dumps({"world": world, "engine": args.engine, "model": args.model,
                                               "block_steps": args.block_steps,
+                                              "ddp_hook": trainers["ddp"].ddp_hook,
                                               "generation": ft.generation.number, "blocks": blocks}))  # fmt: skip
     plain_pg.allreduce([barrier]).wait()
     ft.close()

@@ -103,8 +103,11 @@ def capability(name: str) -> str:
 
         if not _compat.DISTRIBUTED:
             return "unavailable (torch.distributed not built)"
+        from ptc.distributed import ft_native
+
         engine = "native gloo reconfigure" if _compat.GLOO_RECONFIGURE else "gloo rebuild per generation"
-        return f"coordinator, abort broadcast, rejoin with live state, commit vote; {engine}"
+        return (f"coordinator, abort broadcast, rejoin with live state, commit vote; {engine}; "
+                f"native DDP hook: {ft_native.status()}")  # fmt: skip
     return "not implemented yet"
 
 

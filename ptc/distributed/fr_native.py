@@ -24,101 +24,30 @@ build by itself); ``core="native"`` builds it if needed, or raises
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import re
-import shutil
 import sys
-import threading
 from pathlib import Path
 from types import ModuleType
 from typing import List, Optional
 
 import torch
 
-from ptc.errors import FeatureUnavailable
+from ptc._native import DIR_ENV, Extension
 
-__all__ = ["SOURCE", "build_dir", "load", "module_name", "status"]
+__all__ = ["DIR_ENV", "SOURCE", "build_dir", "load", "module_name", "status"]
 
 SOURCE = Path(__file__).with_name("fr_native.cpp")
-DIR_ENV = "PTC_NATIVE_DIR"
-_LOCK = threading.Lock()
-_MODULE: List[ModuleType] = []
+_EXT = Extension("ptc_fr_native", SOURCE, "the native Flight Recorder core", "fr_native",
+                 "python -m ptc.distributed.fr_native")  # fmt: skip
 
 
 def module_name() -> str:
     """The extension's name: torch's version and the source's digest, so neither is ever mixed up."""
-    torch_tag = re.sub(r"[^0-9A-Za-z]+", "_", str(torch.__version__))
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    return f"ptc_fr_native_{torch_tag}_{digest}"
+    return _EXT.module_name()
 
 
 def build_dir() -> Path:
     """Where the extension is built and cached (``$PTC_NATIVE_DIR``/<name>)."""
-    base = os.environ.get(DIR_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ptc", "native"
-    )
-    return Path(base) / module_name()
-
-
-def _built_library() -> Optional[Path]:
-    name = module_name()
-    for path in build_dir().glob(f"{name}*.so"):
-        return path
-    return None
-
-
-def _import(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(module_name(), path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _missing_tools() -> Optional[str]:
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        return f"a C++ compiler ({compiler!r} is not on PATH; install g++ or set CXX)"
-    if shutil.which("ninja") is None:
-        try:
-            import ninja  # the PyPI package ships the binary  # type: ignore[import-not-found]
-
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-        except ImportError:
-            return "ninja (pip install ninja)"
-    return None
-
-
-def _build() -> ModuleType:
-    missing = _missing_tools()
-    if missing is not None:
-        raise FeatureUnavailable(f"the native Flight Recorder core needs {missing}", requirement="fr_native")
-    import logging
-    import warnings
-
-    quiet = logging.getLogger("torch.utils.cpp_extension")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # "No CUDA runtime is found" from a CUDA build of torch on a CPU machine
-    try:
-        from torch.utils.cpp_extension import load as load_extension
-    finally:
-        quiet.setLevel(level)
-
-    directory = build_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return load_extension(
-                module_name(), [str(SOURCE)], build_directory=str(directory), extra_cflags=["-O2"], verbose=False
-            )
-    except Exception as exc:  # noqa: BLE001 - a failed build is a missing feature, with its reason
-        detail = str(exc).strip().splitlines()[-12:]
-        raise FeatureUnavailable(
-            "building the native Flight Recorder core failed:\n  " + "\n  ".join(detail), requirement="fr_native"
-        ) from exc
+    return _EXT.build_dir()
 
 
 def load(build: bool = False) -> Optional[ModuleType]:
@@ -126,31 +55,15 @@ def load(build: bool = False) -> Optional[ModuleType]:
 
     Raises :class:`ptc.FeatureUnavailable` when ``build`` is true and it cannot be built.
     """
-    with _LOCK:
-        if _MODULE:
-            return _MODULE[0]
-        library = _built_library()
-        if library is not None:
-            module = _import(library)
-        elif build:
-            module = _build()
-        else:
-            return None
-        _MODULE.append(module)
-        return module
+    return _EXT.load(build)
 
 
 def status() -> str:
     """One line for ``ptc env``: loaded, built, or what building it needs."""
-    if _MODULE:
-        hooks = "C++ process-group hooks" if _MODULE[0].HOOKS else "ptc's method wrapper"
+    if _EXT.modules:
+        hooks = "C++ process-group hooks" if _EXT.modules[0].HOOKS else "ptc's method wrapper"
         return f"loaded (calls reach it through {hooks})"
-    if _built_library() is not None:
-        return f"built ({build_dir()})"
-    missing = _missing_tools()
-    if missing is not None:
-        return f"not built; building needs {missing}"
-    return "not built; `python -m ptc.distributed.fr_native` builds it (30-40 s)"
+    return _EXT.status()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -70,6 +70,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--out", required=True)
     parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--ddp-hook", default="auto", choices=("auto", "native", "python"),
+                        help="with --ddp: Trainer(ddp_hook=...): the C++ communication hook or the Python one")
     parser.add_argument("--engine", default="auto")
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds of simulated compute per step")
     parser.add_argument("--heartbeat-interval", type=float, default=0.1)
@@ -102,7 +104,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=args.heartbeat_interval, timeout=args.timeout,
                              flight_recorder=recorder)  # fmt: skip
     ft.event("started", since_main_s=round(time.time() - started, 3))
-    trainer = Trainer(ft, model, optimizer, ddp=args.ddp, report_steps=True)
+    trainer = Trainer(ft, model, optimizer, ddp=args.ddp, ddp_hook=args.ddp_hook if args.ddp else "auto",
+                      report_steps=True)  # fmt: skip
 
     def compute(info) -> None:
         if args.sleep:

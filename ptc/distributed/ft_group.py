@@ -50,6 +50,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -458,6 +459,7 @@ class FaultTolerantGroup:
         self._connect_timeout = float(connect_timeout)
         self._engine_name = ("native" if _compat.GLOO_RECONFIGURE else "rebuild") if engine == "auto" else engine
         self._waiters: "set[threading.Event]" = set()
+        self._news_listeners: List[Any] = []  # weakref.WeakMethod: called on the link thread at every news
         self._waiters_lock = threading.Lock()
         self._subgroups: List[Subgroup] = []
         self._recorder = flight_recorder
@@ -527,6 +529,11 @@ class FaultTolerantGroup:
         with self._waiters_lock:
             for event in self._waiters:
                 event.set()
+            listeners = [ref() for ref in self._news_listeners]
+            self._news_listeners = [ref for ref, fn in zip(self._news_listeners, listeners) if fn is not None]
+        for fn in listeners:
+            if fn is not None:
+                fn()
         link = getattr(self, "_link", None)  # news can arrive while __init__ is still connecting
         news = None if link is None else link.announced
         if news is not None and news.failed and self._recorder is not None and self.generation is not None:
@@ -715,10 +722,19 @@ class FaultTolerantGroup:
             work = issue(pg)
         except RuntimeError as exc:
             raise self._failure(f"{what}: {exc}") from None
+        self._count_collective(gen)
+        return gen, work
+
+    def _count_collective(self, gen: Optional[Generation] = None) -> None:
+        """An issued collective, for the fault injector (``kill inside collective k``)."""
         if self.faults is not None:
             self.faults.collectives += 1
-            self.fault_point("collective", self.faults.collectives, gen.rank_of(self.worker_id))
-        return gen, work
+            self.fault_point("collective", self.faults.collectives, (gen or self._current()).rank_of(self.worker_id))
+
+    def _listen_for_news(self, method: Callable[[], None]) -> None:
+        """Call the bound ``method`` on the link thread whenever news arrives (kept weakly)."""
+        with self._waiters_lock:
+            self._news_listeners.append(weakref.WeakMethod(method))
 
     def _await(self, what: str, gen: Generation, work: Any) -> None:
         """Wait for a collective :meth:`_issue` started; raises PeerFailure (or Fenced)."""
@@ -766,9 +782,7 @@ class FaultTolerantGroup:
         completed this very collective: give it ``GROW_GRACE_S`` to complete here too, so that
         members do not disagree about a step only because the announcement overtook the last
         message. True when it completed (the caller returns its result)."""
-        news = self._link.announced
-        if (self._link.fenced is not None or self._link.lost or news is None or news.failed
-                or not set(gen.members) <= set(news.members)):  # fmt: skip
+        if not self._nobody_failed(gen):
             return False
         deadline = time.monotonic() + GROW_GRACE_S
         while not future.done():
@@ -778,6 +792,13 @@ class FaultTolerantGroup:
             event.wait(timeout=left)
             event.clear()
         return True
+
+    def _nobody_failed(self, gen: Generation) -> bool:
+        """The announced generation keeps every member of ``gen`` (a grow, or the same members
+        re-formed) and this member is neither fenced nor cut off: its collectives may complete."""
+        news = self._link.announced
+        return (self._link.fenced is None and not self._link.lost and news is not None and not news.failed
+                and set(gen.members) <= set(news.members))  # fmt: skip
 
     def allreduce(self, tensor: torch.Tensor, op: str = "sum", *, group: Optional[Subgroup] = None) -> torch.Tensor:
         """In place: ``tensor`` becomes the reduction over the members

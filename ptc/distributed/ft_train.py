@@ -57,7 +57,17 @@ abandoned one ends before the next attempt touches a gradient; see
 bucket (under ``DDP_HOOK_MIN_BYTES``, 512 KiB, and DDP's bucket cap) has
 nothing to overlap: it gets no hook, DDP runs as under ``no_sync()``, and the
 Trainer reduces the gradients after backward as it does without DDP (a comm
-hook in Python costs more than such a model's whole allreduce).  The gradients are views
+hook in Python costs more than such a model's whole allreduce).  The hook runs
+in C++ (:mod:`ptc.distributed.ft_native`: no Python per bucket, each bucket
+averaged by the backend's thread when its allreduce completes, pending ones
+released by the coordinator's news) or in Python, with the same collectives
+and the same bits: ``ddp_hook="auto"`` takes the C++ one where it is built and
+serves the model (float32/float64 parameters on the CPU, and no Flight
+Recorder capturing through ptc's method wrapper, which would not see its
+collectives), ``"native"`` builds it or raises, ``"python"`` keeps Python's.
+With a hook the gradients are set to None before each attempt (as
+``optimizer.zero_grad()`` does): DDP copies each fresh gradient into its bucket
+and points ``p.grad`` at it.  The gradients are views
 of DDP's buckets (``gradient_as_bucket_view=True``, which spares DDP two
 copies of every gradient per step); ``ddp_options`` are passed on to
 ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``,
@@ -75,6 +85,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import threading
 import time
 import weakref
 import zlib
@@ -83,7 +94,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from ptc.distributed.ft_group import FaultTolerantGroup, Fenced
+from ptc.distributed.ft_group import GROW_GRACE_S, FaultTolerantGroup, Fenced
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 # With ddp=True the step's vote rides with one gradient bucket, copied with the vote appended (one
@@ -253,7 +264,7 @@ class Trainer:
     """
 
     def __init__(self, group: FaultTolerantGroup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                 ddp: bool = False, ddp_options: Optional[Dict[str, Any]] = None,
+                 ddp: bool = False, ddp_options: Optional[Dict[str, Any]] = None, ddp_hook: str = "auto",
                  report_steps: bool = False, extra_state: Sequence[Any] = ()) -> None:  # fmt: skip
         if not isinstance(group, FaultTolerantGroup):
             raise PtcTypeError(f"group: expected a FaultTolerantGroup, got {type(group).__name__}")
@@ -289,11 +300,16 @@ class Trainer:
         self._bucket_bytes: Dict[int, int] = {}  # DDP's bucket sizes, by index, as last seen
         if ddp_options is not None and not ddp:
             raise PtcValueError("ddp_options: given without ddp=True")
+        if ddp_hook not in ("auto", "native", "python"):
+            raise PtcValueError(f"ddp_hook = {ddp_hook!r}: expected 'auto', 'native' or 'python'")
+        if ddp_hook != "auto" and not ddp:
+            raise PtcValueError(f"ddp_hook = {ddp_hook!r}: given without ddp=True")
         if "process_group" in (ddp_options or {}):
             raise PtcValueError("ddp_options: process_group is the Trainer's own (a process-local one; see ddp=True)")
         self._ddp_sync_buffers = False  # DDP's forward_sync_buffers, done by the Trainer (_wrap_ddp)
         self._ddp_hook = False  # ddp=True with ptc's comm hook (else the gradients are reduced after backward)
-        self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}) if ddp else model
+        self._native: Any = None  # the native hook's state (ft_native.cpp), when DDP runs it
+        self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}, ddp_hook) if ddp else model
         # without DDP, and where the gradients share one dtype: they are views of one flat buffer, so
         # a step zeroes, sends and averages them with a few torch calls whatever the number of tensors
         self._grad_flat, self._grad_views = None, []
@@ -429,7 +445,12 @@ class Trainer:
             for p, view in zip(self._params, self._grad_views):
                 if p.grad is not view:  # someone replaced it (or set it to None): a view again
                     p.grad = view
-        else:  # zeroed in place: under ptc's DDP hook they are views of DDP's buckets (gradient_as_bucket_view)
+        elif self._ddp_hook:
+            # as after optimizer.zero_grad(): DDP copies each fresh gradient into its bucket and points
+            # p.grad at it there (gradient_as_bucket_view), which spares a zeroing and an accumulating pass
+            for p in self._params:
+                p.grad = None
+        else:  # zeroed in place (no DDP hook: the Trainer reads every p.grad after compute)
             grads = []
             for p in self._params:
                 if p.grad is None:
@@ -446,29 +467,30 @@ class Trainer:
         ft.fault_point("step", self.step, rank)
         if self._ddp_sync_buffers:
             self._broadcast_buffers(rank)
-        compute(info)
-        if not self._ddp_hook:
-            wire = wire_dtype(self._dtypes, size)
-            vote = self._vote(wire)
-            if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
-                sent = self._allreduce_wire("trainer", [self._grad_flat], wire, vote)
-                # the mean, divided straight into the gradients (the same IEEE division as p.grad / size)
-                torch.div(sent.head, size, out=self._grad_flat)
-            else:  # mixed dtypes, or compute() replaced a gradient: one torch call per parameter
-                grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
-                sent = self._allreduce_wire("trainer", grads, wire, vote)
-                for p, summed in zip(self._params, sent.head.split(self._numels)):
-                    grad = _as_real(p.grad)
-                    torch.div(summed.view_as(grad), size, out=grad)
-            summed = sent.read_vote()
+        if self._native is not None:
+            summed, vote = self._compute_native(compute, info, gen)
         else:
-            if self._hook_failure is not None:
-                raise self._hook_failure
-            if self._hook_flags is None:
-                raise PtcError("ddp=True: the gradient hook did not run for the last bucket: a parameter got no gradient "
-                               "in this step; DDP needs ddp_options={'find_unused_parameters': True} for a model that "
-                               "leaves parameters unused")  # fmt: skip
-            summed, vote = self._hook_flags
+            compute(info)
+            if not self._ddp_hook:
+                wire = wire_dtype(self._dtypes, size)
+                vote = self._vote(wire)
+                if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
+                    sent = self._allreduce_wire("trainer", [self._grad_flat], wire, vote)
+                    # the mean, divided straight into the gradients (the same IEEE division as p.grad / size)
+                    torch.div(sent.head, size, out=self._grad_flat)
+                else:  # mixed dtypes, or compute() replaced a gradient: one torch call per parameter
+                    grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
+                    sent = self._allreduce_wire("trainer", grads, wire, vote)
+                    for p, summed in zip(self._params, sent.head.split(self._numels)):
+                        grad = _as_real(p.grad)
+                        torch.div(summed.view_as(grad), size, out=grad)
+                summed = sent.read_vote()
+            else:
+                if self._hook_failure is not None:
+                    raise self._hook_failure
+                if self._hook_flags is None:
+                    raise PtcError(_NO_LAST_BUCKET)
+                summed, vote = self._hook_flags
         votes, join, same_step = read_summed_vote(summed, vote, size)
         committed = votes == size and same_step
         if committed:
@@ -485,6 +507,26 @@ class Trainer:
             ft.grow()
             self._needs_sync = True
         return committed
+
+    def _compute_native(self, compute: Callable[[StepInfo], Any], info: StepInfo, gen: Any) -> Tuple[List[float], List[int]]:
+        """``compute(info)`` with the native hook serving DDP's buckets: (the vote's sums, this member's vote)."""
+        ft = self.group
+        (dtype,) = self._dtypes
+        vote = self._vote(dtype)
+        aborted = f"allreduce: generation {gen.number} was aborted" if ft.stale() else ""
+        after_issue = ft._count_collective if ft.faults is not None else None
+        self._native.begin(ft._engine.pg, info.size, [float(v) for v in vote], VOTE_COPY_MAX_BYTES, aborted,
+                           after_issue)  # fmt: skip
+        try:
+            compute(info)
+        finally:
+            error, summed, abandoned = self._native.end()
+            self._hook_abandoned.extend(abandoned)
+        if error is not None:
+            raise ft._failure(error)
+        if summed is None:
+            raise PtcError(_NO_LAST_BUCKET)
+        return summed, vote
 
     def _filled_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int],
                      device: torch.device) -> _WireBuffer:  # fmt: skip
@@ -621,7 +663,7 @@ class Trainer:
 
     # --- DDP -------------------------------------------------------------------
 
-    def _wrap_ddp(self, model: torch.nn.Module, options: Dict[str, Any]) -> torch.nn.Module:
+    def _wrap_ddp(self, model: torch.nn.Module, options: Dict[str, Any], hook: str) -> torch.nn.Module:
         from torch.distributed import HashStore
         from torch.nn.parallel import DistributedDataParallel
 
@@ -635,7 +677,13 @@ class Trainer:
         grad_bytes = sum(_as_real(p).numel() * _as_real(p).element_size() for p in self._params)
         one_small_bucket = grad_bytes < DDP_HOOK_MIN_BYTES and grad_bytes <= getattr(ddp, "bucket_bytes_cap", -1)
         self._ddp_hook = not one_small_bucket
-        if self._ddp_hook:
+        self._native = self._native_hook(hook) if self._ddp_hook else None
+        if self._native is not None:
+            from ptc.distributed import ft_native
+
+            ft_native.load().register(ddp.reducer, self._native)  # the reducer keeps the state weakly
+            self.group._listen_for_news(self._on_news)
+        elif self._ddp_hook:
             # the hook's state refers to the trainer weakly: a strong reference would make a cycle
             # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
             # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
@@ -648,6 +696,53 @@ class Trainer:
         ddp.forward_sync_buffers = False
         self._local_pg = local
         return ddp
+
+    @property
+    def ddp_hook(self) -> Optional[str]:
+        """Which communication hook DDP runs: ``"native"`` (C++), ``"python"``, or None (no hook:
+        no DDP, or gradients reduced after backward, see ``DDP_HOOK_MIN_BYTES``)."""
+        if not self._ddp_hook:
+            return None
+        return "native" if self._native is not None else "python"
+
+    def _native_hook(self, choice: str) -> Any:
+        """The native hook's state (ft_native), or None for the Python hook: ``"auto"`` takes the
+        native one when it is built and can serve this model, ``"native"`` builds it or raises."""
+        if choice == "python":
+            return None
+        dtypes = {p.dtype for p in self._params}
+        recorder = self.group._recorder
+        if len(dtypes) != 1 or not dtypes <= {torch.float32, torch.float64}:
+            why = f"parameters of dtype {sorted(map(str, dtypes))} (it serves one of float32, float64)"
+        elif any(p.device.type != "cpu" for p in self._params):
+            why = "parameters off the CPU (it serves gloo's CPU tensors)"
+        elif recorder is not None and recorder.capture != "hooks":
+            why = ("a Flight Recorder capturing through ptc's method wrapper is attached to the group: it would not "
+                   "see the collectives C++ issues")  # fmt: skip
+        else:
+            from ptc.distributed import ft_native
+
+            module = ft_native.load(build=choice == "native")
+            return None if module is None else module.HookState()
+        if choice == "native":
+            raise PtcValueError(f"ddp_hook = 'native': {why}; use ddp_hook='python'")
+        return None
+
+    def _on_news(self) -> None:
+        """News on the link thread: a pending native bucket must not wait for a dead peer.  Its
+        allreduces end now, with the local gradients (never committed), unless nobody of this
+        generation failed: then they get ``GROW_GRACE_S`` to complete, as the Python hook's wait."""
+        ft, native = self.group, self._native
+        gen = ft.generation
+        if native is None or gen is None or not ft.stale():
+            return
+        reason = f"allreduce: aborted, generation {gen.number} was replaced"
+        if ft._nobody_failed(gen):
+            timer = threading.Timer(GROW_GRACE_S, native.abort, args=(reason, native.attempt()))
+            timer.daemon = True
+            timer.start()
+        else:
+            native.abort(reason)
 
     def _broadcast_buffers(self, rank: int) -> None:
         """DDP's ``forward_sync_buffers`` on the fault-tolerant group: every member's module
@@ -670,6 +765,11 @@ class Trainer:
                     b.view(-1).view(torch.uint8).copy_(part)
                 else:
                     b.copy_(part.clone().view(b.dtype).view(b.shape))
+
+
+_NO_LAST_BUCKET = ("ddp=True: the gradient hook did not run for the last bucket: a parameter got no gradient in this "
+                   "step; DDP needs ddp_options={'find_unused_parameters': True} for a model that leaves parameters "
+                   "unused")  # fmt: skip
 
 
 def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them against its own types

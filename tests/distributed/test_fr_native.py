@@ -170,7 +170,7 @@ def test_auto_uses_the_native_core_only_once_built(tmp_path, monkeypatch):
     import torch.testing._internal.distributed.fake_pg  # noqa: F401
 
     monkeypatch.setenv(fr_native.DIR_ENV, str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(fr_native, "_MODULE", [])  # as in a fresh process
+    monkeypatch.setattr(fr_native._EXT, "modules", [])  # as in a fresh process
     with FlightRecorder(dump_dir=tmp_path) as rec:
         assert rec.core == "python"
     assert "not built" in fr_native.status()

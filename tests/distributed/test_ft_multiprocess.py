@@ -42,23 +42,34 @@ def test_kill_inside_allreduce_then_restart_rejoins(tmp_path, engine):
     assert any(e["bytes"] > 0 for e in outcome.result.of("state_synced") if e["gen"] == gens[-1]["gen"]), text
 
 
-@pytest.mark.parametrize("path", ["after_backward", "copied", "in_place"])
-def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, path):
+@pytest.fixture(scope="module")
+def native_hook_built():
+    """The native DDP hook, built once here (not by every worker at once)."""
+    from ptc.distributed import ft_native
+
+    ft_native.load(build=True)
+
+
+@pytest.mark.parametrize("path", ["after_backward", "copied", "in_place", "copied-native", "in_place-native"])
+def test_ddp_survives_a_crash_inside_the_gradient_allreduce(tmp_path, path, request):
     """torch DDP around the model: the victim dies inside the gradient allreduce; backward never fails on
     survivors.  The model's gradients are one small bucket: by default they get no comm hook and are
     reduced after backward (after_backward); with the hook forced (DDP_HOOK_MIN_BYTES 0) the bucket is
     copied with the vote (copied), or reduced in DDP's own buffer with the vote alone after it (in_place),
-    so the survivors' abandoned allreduce must end before their next attempt touches the gradients."""
+    so the survivors' abandoned allreduce must end before their next attempt touches the gradients.
+    ``-native``: the same with the C++ hook (the same collectives, counted the same)."""
     # after_backward, copied: collectives 1-4 are the initial state sync; collective 4 + s + 1 is step s's
     # gradients; in place: collective 4 + 2 s + 1 is step s's bucket, the next one its vote
-    hook = ["--ddp-hook-min-bytes", "0"]
+    hook = ["--ddp-hook-min-bytes", "0", "--ddp-hook", "native" if path.endswith("-native") else "python"]
+    if path.endswith("-native"):
+        request.getfixturevalue("native_hook_built")
     extra, k = {"after_backward": ([], 20), "copied": (hook, 20),
-                "in_place": (hook + ["--vote-copy-max-bytes", "0"], 19)}[path]  # fmt: skip
+                "in_place": (hook + ["--vote-copy-max-bytes", "0"], 19)}[path.replace("-native", "")]  # fmt: skip
     outcome = run_scenario(tmp_path, 3, steps=30, ddp=True, faults=[F.kill_in_collective(k, worker=1)], extra=extra)
     check_consistent(outcome, expect_workers=[0, 2])
     assert _failed(outcome, 1), outcome.describe()
     ended = outcome.result.of("abandoned_allreduces_ended")
-    if path == "in_place":
+    if path.startswith("in_place"):
         # a survivor whose bucket allreduce did not complete waited for it before its next attempt; one that
         # completed it (the victim's data can go out before the kill) fails only in the vote, and has nothing
         # to wait for (test_the_next_attempt_waits_for_abandoned_in_place_allreduces checks the wait itself)

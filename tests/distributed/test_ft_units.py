@@ -6,6 +6,7 @@ import copy
 import socket
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -496,7 +497,8 @@ def test_a_collective_in_flight_may_finish_after_a_grow_was_announced(news, comp
     other members already completed: it must not make this member call the step failed."""
     from ptc.distributed.ft_group import GROW_GRACE_S, Generation
 
-    me = type("Stub", (), {"_link": _LinkStub(Generation(number=2, **news))})()
+    me = type("Stub", (), {"_link": _LinkStub(Generation(number=2, **news)),
+                           "_nobody_failed": FaultTolerantGroup._nobody_failed})()  # fmt: skip
     gen = Generation(number=1, members=(0, 1))
     future, event = torch.futures.Future(), threading.Event()
     future.add_done_callback(lambda _f: event.set())
@@ -594,7 +596,7 @@ def _bare_group(work):
             self._link = _LinkStub(None)
             self._engine = types.SimpleNamespace(pg=types.SimpleNamespace(allreduce=lambda tensors: work))
             self.faults, self._recorder = None, None
-            self._waiters, self._waiters_lock = set(), threading.Lock()
+            self._waiters, self._waiters_lock, self._news_listeners = set(), threading.Lock(), []
             self._timeout = datetime.timedelta(seconds=5)
 
         def _failure(self, detail):
@@ -795,11 +797,11 @@ def test_a_wire_buffer_carries_the_vote_through_numpy_or_torch(dtype):
 
 
 def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None, before_forward=None, optimizer=None,
-               then=None, before_step=None):  # fmt: skip
+               then=None, before_step=None, ddp_hook="python"):  # fmt: skip
     """Two members train ``make()`` on different batches; returns (trainers, (dtype, numel) of every
     gradient allreduce, batches).  ``before_forward(trainer, info)`` runs at the start of compute;
     ``optimizer(params)`` makes the optimizers (SGD, lr 0.1); ``then(trainers)`` runs before the
-    groups close; ``before_step(trainer, info)`` is given to run_step."""
+    groups close; ``before_step(trainer, info)`` is given to run_step; ``ddp_hook`` goes with ``ddp``."""
     groups = _groups(coordinator, 2)
     wires, order = [], {}  # order: per worker, the DDP hook's starts and waits
     started = set()  # the works the DDP hook started
@@ -827,7 +829,8 @@ def _train_two(coordinator, make, ddp=False, steps=2, ddp_options=None, before_f
             torch.manual_seed(0)
             model = make()
             opt = (optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)))(model.parameters())
-            trainers.append(Trainer(g, model, opt, ddp=ddp, ddp_options=ddp_options))
+            trainers.append(Trainer(g, model, opt, ddp=ddp, ddp_options=ddp_options,
+                                    ddp_hook=ddp_hook if ddp else "auto"))  # fmt: skip
         dtype = next(make().parameters()).dtype
         batches = [torch.randn(6, 3, generator=torch.Generator().manual_seed(i), dtype=dtype) for i in range(2 * steps)]
 
@@ -1151,7 +1154,7 @@ def test_a_failed_bucket_carrying_the_vote_commits_nothing_and_backward_complete
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
         reference = copy.deepcopy(model)
-        t = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=True,
+        t = Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=True, ddp_hook="python",
                     ddp_options={"bucket_cap_mb": 0.00049})  # fmt: skip
         batches = [torch.randn(6, 3, generator=torch.Generator().manual_seed(i)) for i in range(3)]
 
@@ -1216,6 +1219,195 @@ def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
         with pytest.raises(PtcError, match="abandoned gradient allreduce is still running"):
             trainer._drain_abandoned()
         assert len(trainer._hook_abandoned) == 1  # still known: the next attempt waits again
+    finally:
+        group.close()
+        c.stop()
+
+
+# --- the native DDP hook (ft_native.cpp) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def native_hook():
+    """ptc's native DDP hook, built once per torch version (then cached); a failed build fails the test."""
+    from ptc.distributed import ft_native
+
+    return ft_native.load(build=True)
+
+
+def _two_buckets():
+    """With bucket_cap_mb=0.00049: one 321-element bucket in step 0, then DDP's rebuilt 129 and 192."""
+    return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+
+
+@pytest.mark.parametrize("copy_max, wires", [
+    (600, [(-1, 5), (0, 129 + 5)]),  # the vote alone (steps 0, 1), then with bucket 0 (copied)
+    (0, [(-1, 5)]),  # every bucket in place, the vote alone
+    (4 * 1024 * 1024, [(0, 129 + 5)]),  # step 0's one bucket, then bucket 0, copied with the vote
+])  # fmt: skip
+def test_the_native_hook_gives_the_python_hooks_bits(native_hook, monkeypatch, copy_max, wires):
+    """Same vote placement, same arithmetic: members with the native hook end bit-identical to members
+    with the Python hook and to the one-process replay, and the vote went where the rule says."""
+    from ptc.distributed import ft_train
+
+    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", copy_max)
+    trained = {}
+    for hook in ("python", "native"):
+        c = Coordinator(world_size=2, heartbeat_timeout=30.0).start()
+        try:
+            trained[hook], _, batches, _ = _train_two(c, _two_buckets, ddp=True, steps=3, ddp_hook=hook,
+                                                      ddp_options={"bucket_cap_mb": 0.00049})  # fmt: skip
+        finally:
+            c.stop()
+    assert [t.ddp_hook for t in trained["python"] + trained["native"]] == ["python"] * 2 + ["native"] * 2
+    expected = _replay_two(_two_buckets, batches, steps=3)
+    for a, b in zip(trained["python"], trained["native"]):
+        assert a.step == b.step == 3 and not b._hook_abandoned
+        for p, q, e in zip(a.module.parameters(), b.module.parameters(), expected.parameters()):
+            assert torch.equal(p, q) and torch.equal(q, e)
+        status = b._native.status()
+        assert status["wires"] == wires and status["pending"] == 0, status
+        assert status["vote_index"] == (None if copy_max == 0 else 0), status
+
+
+def test_the_native_hook_counts_collectives_for_the_fault_injector(native_hook):
+    """``kill inside collective k`` must mean the same collective with either hook: the injector sees
+    the same points in the same order (two bucket collectives per step, the vote riding with one)."""
+    points = {}
+    for hook in ("python", "native"):
+
+        class Counting:
+            collectives = 0
+
+            def __init__(self):
+                self.seen = []
+
+            def point(self, point, at, worker, rank):
+                self.seen.append((point, at, worker))
+
+        c = Coordinator(world_size=2, heartbeat_timeout=30.0).start()
+        try:
+            def count(trainers):
+                points[hook] = [t.group.faults.seen for t in trainers]
+
+            def before_forward(t, info):
+                if t.group.faults is None:
+                    t.group.faults = Counting()
+
+            _train_two(c, _two_buckets, ddp=True, steps=3, ddp_hook=hook, before_forward=before_forward, then=count,
+                       ddp_options={"bucket_cap_mb": 0.00049})  # fmt: skip
+        finally:
+            c.stop()
+    def from_step_1(seen):  # the injector is set during step 0; collectives numbered from there
+        seen = seen[seen.index(("step", 1, seen[0][2])):]
+        first = next(at for point, at, _ in seen if point == "collective")
+        return [(point, at - first if point == "collective" else at) for point, at, _ in seen]
+
+    for python, native in zip(points["python"], points["native"]):
+        assert from_step_1(native) == from_step_1(python) and len(from_step_1(native)) == 6, points
+
+
+def test_news_releases_a_native_bucket_waiting_for_a_dead_peer(native_hook):
+    """Member 1 dies while member 0's bucket allreduce waits for it: the coordinator's news ends
+    member 0's backward at once (not after the collective timeout), nothing is committed, the
+    in-place Work is abandoned, and after recover() member 0 trains on alone."""
+    c = Coordinator(world_size=2, heartbeat_timeout=30.0).start()
+    groups = _groups(c, 2, timeout=5.0)
+    try:
+        trainers = []
+        for g in groups:
+            torch.manual_seed(0)
+            model = _two_buckets()
+            trainers.append(Trainer(g, model, torch.optim.SGD(model.parameters(), lr=0.1), ddp=True, ddp_hook="native",
+                                    ddp_options={"bucket_cap_mb": 0.00049}))  # fmt: skip
+        x = torch.randn(6, 3, generator=torch.Generator().manual_seed(5))
+        _each(trainers, lambda t: t.run_step(lambda info: t.model(x).sum().backward()))
+        zero, outcome = trainers[0], {}
+
+        def member_zero():
+            start = time.monotonic()
+            try:
+                zero._attempt(lambda info: zero.model(x).sum().backward())
+            except PeerFailure as exc:
+                outcome["failure"] = exc
+            outcome["took"] = time.monotonic() - start
+
+        thread = threading.Thread(target=member_zero)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while zero._native.status()["pending"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert zero._native.status()["pending"] > 0
+        # as a crash, for the coordinator: its connection ends (its gloo group stays, so the collective
+        # itself would end only at the group's timeout, 5 s)
+        groups[1]._link.close(leave=False)
+        thread.join(30)
+        assert isinstance(outcome.get("failure"), PeerFailure) and outcome["took"] < 3, outcome
+        assert zero.step == 1 and zero._hook_abandoned
+        zero._recover()
+        zero.run_step(lambda info: zero.model(x).sum().backward())  # waits for the abandoned Work first
+        assert zero.step == 2 and zero.group.size == 1 and not zero._hook_abandoned
+    finally:
+        for g in groups:
+            g.close()
+        c.stop()
+
+
+def test_news_aborts_native_buckets_at_once_unless_nobody_failed():
+    """A failure ends the pending buckets now; a grow (nobody failed) gives them GROW_GRACE_S, for
+    this very attempt only; no news for this generation, nothing."""
+    from ptc.distributed.ft_group import GROW_GRACE_S, Generation
+
+    class Native:
+        def __init__(self):
+            self.aborts = []
+
+        def attempt(self):
+            return 7
+
+        def abort(self, reason, attempt=0):
+            self.aborts.append((reason, attempt, time.monotonic()))
+
+    for stale, nobody_failed, expected in ((True, False, "now"), (True, True, "later"), (False, False, None)):
+        trainer = Trainer.__new__(Trainer)
+        trainer._native = Native()
+        trainer.group = types.SimpleNamespace(generation=Generation(number=3, members=(0, 1)), stale=lambda: stale,
+                                              _nobody_failed=lambda gen: nobody_failed)  # fmt: skip
+        start = time.monotonic()
+        trainer._on_news()
+        time.sleep(GROW_GRACE_S + 0.2 if expected == "later" else 0.05)
+        aborts = trainer._native.aborts
+        if expected is None:
+            assert aborts == []
+        elif expected == "now":
+            assert len(aborts) == 1 and aborts[0][1] == 0 and aborts[0][2] - start < 0.05
+        else:
+            assert len(aborts) == 1 and aborts[0][1] == 7 and aborts[0][2] - start >= GROW_GRACE_S
+        assert all("generation 3 was replaced" in a[0] for a in aborts)
+
+
+def test_ddp_hook_is_checked_and_auto_never_builds(tmp_path, monkeypatch):
+    from ptc.distributed import ft_native, ft_train
+
+    monkeypatch.setattr(ft_train, "DDP_HOOK_MIN_BYTES", 0)  # a hook even for these small models
+    c = Coordinator(world_size=1).start()
+    (group,) = _groups(c, 1)
+    try:
+        def trainer(dtype=torch.float32, **options):
+            model = torch.nn.Linear(2, 1, dtype=dtype)
+            return Trainer(group, model, torch.optim.SGD(model.parameters(), lr=0.1), **options)
+
+        with pytest.raises(PtcValueError, match="ddp_hook = 'fast': expected 'auto', 'native' or 'python'"):
+            trainer(ddp=True, ddp_hook="fast")
+        with pytest.raises(PtcValueError, match="ddp_hook = 'native': given without ddp=True"):
+            trainer(ddp_hook="native")
+        with pytest.raises(PtcValueError, match=r"ddp_hook = 'native': parameters of dtype \['torch.float16'\]"):
+            trainer(torch.float16, ddp=True, ddp_hook="native")
+        assert trainer(torch.float16, ddp=True).ddp_hook == "python"  # auto: the Python hook serves any dtype
+        assert trainer().ddp_hook is None  # no DDP
+        monkeypatch.setenv("PTC_NATIVE_DIR", str(tmp_path / "empty-cache"))
+        monkeypatch.setattr(ft_native._EXT, "modules", [])  # as in a fresh process
+        assert trainer(ddp=True).ddp_hook == "python" and "not built" in ft_native.status()
     finally:
         group.close()
         c.stop()
