@@ -533,7 +533,10 @@ class FaultTolerantGroup:
             self._news_listeners = [ref for ref, fn in zip(self._news_listeners, listeners) if fn is not None]
         for fn in listeners:
             if fn is not None:
-                fn()
+                try:
+                    fn()
+                except Exception as exc:  # noqa: BLE001 - the link thread must go on reading news
+                    self._event("news_listener_failed", error=f"{type(exc).__name__}: {exc}"[:200])
         link = getattr(self, "_link", None)  # news can arrive while __init__ is still connecting
         news = None if link is None else link.announced
         if news is not None and news.failed and self._recorder is not None and self.generation is not None:

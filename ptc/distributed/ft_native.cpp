@@ -112,7 +112,7 @@ class HookState : public std::enable_shared_from_this<HookState> {
     bucket->buffer = buffer;
     std::vector<std::shared_ptr<Entry>> issued;
     PyCallback after_issue;
-    std::string issue_error;
+    bool nothing_out = true;  // no collective of this bucket registered: nobody else completes its future
     {
       std::lock_guard<std::mutex> lock(mu_);
       const int64_t nbytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
@@ -157,10 +157,11 @@ class HookState : public std::enable_shared_from_this<HookState> {
           }
         }
         after_issue = after_issue_;
+        nothing_out = issued.empty();
       }
     }
-    if (bucket->remaining == 0 && !bucket->result->completed()) {
-      bucket->result->markCompleted(c10::IValue(buffer));  // nothing went out
+    if (nothing_out) {
+      bucket->result->markCompleted(c10::IValue(buffer));
     }
     for (auto& e : issued) {
       if (after_issue) {
