@@ -229,6 +229,23 @@ def inductor_cpp_vec_bitcast() -> bool:
     )
 
 
+@_probe
+def inductor_cpp_vec_load_line() -> bool:
+    """Inductor's C++ vector kernels write each load in one method (_get_vec_load_line) ptc can scope."""
+    try:
+        from torch._inductor.codegen import cpp as cpp_codegen
+    except Exception:  # noqa: BLE001 - no C++ backend here
+        return False
+    kernel = getattr(cpp_codegen, "CppVecKernel", None)
+    method = getattr(kernel, "_get_vec_load_line", None)
+    if method is None or not hasattr(kernel, "_get_num_vectors") or not hasattr(cpp_codegen, "cexpr_index"):
+        return False
+    params = list(inspect.signature(method).parameters)
+    return params == ["self", "var", "index", "dtype", "load_mask"] and "self.num_elems" in inspect.getsource(
+        kernel.__init__
+    )
+
+
 # --- GEMM -------------------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from ptc.complex import rules as _rules
-from ptc.complex.codegen import vector_bitcasts
+from ptc.complex.codegen import full_width_loads, vector_bitcasts
 from ptc.complex.pair import is_paired
 from ptc.complex.rewrite import Report, rewrite
 
@@ -248,7 +248,7 @@ class ComplexBackend:
 
     def _inner(self, inner_compile, gm, example_inputs, **kwargs):
         new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report)
-        with vector_bitcasts():
+        with vector_bitcasts(), full_width_loads():
             if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config
 

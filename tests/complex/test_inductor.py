@@ -283,6 +283,92 @@ def test_vector_bitcasts_is_scoped():
     assert CppVecOverrides.__dict__["to_dtype_bitcast"] is before
 
 
+def _int64_loads(code):
+    """The argument lists of every int64 vector load in ``code``, e.g. ``['in_ptr0 + x0', '8']``."""
+    import re
+
+    loads = []
+    for match in re.finditer(r"at::vec::Vectorized(?:N)?<int64_t(?:,\d+)?>::loadu\(", code):
+        depth, args, start = 1, [], match.end()
+        for i in range(start, len(code)):
+            ch = code[i]
+            if ch in "(<":
+                depth += 1
+            elif ch in ")>":
+                depth -= 1
+            if depth == 0 or (depth == 1 and ch == ","):
+                args.append(code[start:i].strip())
+                start = i + 1
+                if depth == 0:
+                    break
+        loads.append(args)
+    return loads
+
+
+def _full_width_count():
+    from torch._inductor import cpu_vec_isa
+
+    return f"static_cast<int64_t>({cpu_vec_isa.pick_vec_isa().nelements(torch.float)})"
+
+
+@pytest.mark.parametrize("name", ["a", "e", "f"])
+def test_full_width_int64_loads_read_directly(name, compiled):
+    """A complex64 input's int64 vectors are loaded without a lane count where the count is the full
+    width (AVX2's counted int64 load copies through a stack buffer: a store-forwarding stall)."""
+    from ptc import _compat
+
+    loads = _int64_loads("\n".join(compiled[name][2]))
+    assert loads, "no int64 vector load"
+    counted = [args for args in loads if len(args) == 2 and args[1] == _full_width_count()]
+    if _compat.INDUCTOR_CPP_VEC_LOAD_LINE:
+        assert not counted, counted
+        assert any(len(args) == 1 for args in loads)
+    else:
+        assert counted  # Inductor's own code, unchanged
+
+
+def test_tail_int64_loads_keep_their_count(gen):
+    """Where a loop's last vector is partial, its int64 loads keep Inductor's lane count; results as eager."""
+    from ptc import _compat
+
+    n = 4096 + 3
+    args = (
+        torch.randn(n, dtype=torch.complex64, generator=gen),
+        torch.randn(n, dtype=torch.complex64, generator=gen),
+        torch.randn(n, generator=gen),
+    )
+    torch._dynamo.reset()
+    compiled = torch.compile(wl_a, backend=pc.backend(), dynamic=False)
+    result, codes = pc.generated_code(compiled, *args)
+    rel_close(result, wl_a(*args), torch.complex64)
+    loads = _int64_loads("\n".join(codes))
+    assert any(len(a) == 2 and a[1] != _full_width_count() for a in loads), loads
+    if _compat.INDUCTOR_CPP_VEC_LOAD_LINE:
+        assert any(len(a) == 1 for a in loads), loads
+
+
+def test_full_width_loads_is_scoped():
+    """The load override is in place only inside the block, and removed on error too."""
+    from ptc import _compat
+    from ptc.complex.codegen import full_width_loads
+
+    if not _compat.INDUCTOR_CPP_VEC_LOAD_LINE:
+        with full_width_loads() as active:
+            assert active is False
+        return
+    from torch._inductor.codegen.cpp import CppVecKernel
+
+    before = CppVecKernel.__dict__["_get_vec_load_line"]
+    with full_width_loads() as active:
+        assert active is True
+        assert CppVecKernel.__dict__["_get_vec_load_line"] is not before
+    assert CppVecKernel.__dict__["_get_vec_load_line"] is before
+    with pytest.raises(KeyError):
+        with full_width_loads():
+            raise KeyError("boom")
+    assert CppVecKernel.__dict__["_get_vec_load_line"] is before
+
+
 def test_bits_round_trip_special_values():
     """split/join move bits, not values: NaN payloads, signed zeros, infinities and denormals survive."""
     from ptc.complex.pair import join, split
