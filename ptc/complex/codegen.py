@@ -41,18 +41,25 @@ Each override is in place only while ptc's backend compiles a graph
 another thread differs only in being faster. Where this Inductor lacks the
 hook (``_compat.INDUCTOR_CPP_VEC_BITCAST``, ``_compat.INDUCTOR_CPP_VEC_LOAD_LINE``),
 nothing is changed.
+
+Inductor's FX-graph cache does not know about either override: without more,
+it would serve code generated under other overrides (an older ptc's, or none)
+for the same graph. :func:`cache_key` adds them to the key (see there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+from pathlib import Path
 from typing import Iterator
 
 import torch
 
 from ptc import _compat
 
-__all__ = ["full_width_loads", "vector_bitcasts"]
+__all__ = ["cache_key", "full_width_loads", "vector_bitcasts"]
 
 #: (destination, source) dtype pairs whose vectors are reinterpreted in place
 _SAME_WIDTH = {
@@ -141,3 +148,64 @@ def full_width_loads() -> Iterator[bool]:
         yield True
     finally:
         cls._get_vec_load_line = original
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest() -> str:
+    """sha256 over the sources of ``ptc.complex`` (every ``.py`` of the package, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _key_pass_class():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class CodegenKey(CustomGraphPass):
+        """A post-grad pass that changes no graph; its ``uuid`` puts ptc's code overrides in the cache key."""
+
+        def __init__(self, overrides):
+            self.overrides = tuple(overrides)
+
+        def __call__(self, graph) -> None:
+            return None
+
+        def uuid(self):
+            return ("ptc.complex.codegen", sources_digest(), self.overrides)
+
+    return CodegenKey
+
+
+@contextlib.contextmanager
+def cache_key(**overrides: bool) -> Iterator[bool]:
+    """Within this block, Inductor's FX-graph cache keys name ptc's code overrides.
+
+    ``overrides`` says which are in place, e.g. ``cache_key(bitcasts=True,
+    loads=False)``. Inductor's post-grad custom passes are part of its cache
+    key; one more pass is appended that changes nothing, equivalent to::
+
+        config.post_grad_custom_post_pass = [*user_passes, CodegenKey(overrides)]
+        # CodegenKey(...)(graph) does nothing; its uuid() is
+        # ("ptc.complex.codegen", sources_digest(), overrides)
+
+    so a graph compiled under other overrides, or by another version of
+    ptc.complex, is compiled again instead of being served from the cache. The
+    user's own passes run as before. Yields whether the key was extended:
+    False where a user pass is a plain callable (Inductor does not cache
+    those compiles at all) or this Inductor lacks list-valued custom passes.
+    """
+    try:
+        from torch._inductor import config as inductor_config
+        from torch._inductor.custom_graph_pass import CustomPassBase, get_custom_graph_passes
+    except ImportError:
+        yield False
+        return
+    user = get_custom_graph_passes(inductor_config.post_grad_custom_post_pass)
+    if not all(isinstance(p, CustomPassBase) for p in user):
+        yield False
+        return
+    keyed = [*user, _key_pass_class()(sorted(overrides.items()))]
+    with inductor_config.patch(post_grad_custom_post_pass=keyed):
+        yield True

@@ -369,6 +369,99 @@ def test_full_width_loads_is_scoped():
     assert CppVecKernel.__dict__["_get_vec_load_line"] is before
 
 
+def test_cache_key_names_the_overrides():
+    """The key pass appends to the user's passes, changes no graph, names the overrides; plain callables are left."""
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    from ptc.complex.codegen import cache_key
+
+    class UserPass(CustomGraphPass):
+        calls = 0
+
+        def __call__(self, graph):
+            UserPass.calls += 1
+
+        def uuid(self):
+            return "user"
+
+    user = UserPass()
+    with config.patch(post_grad_custom_post_pass=user):
+        with cache_key(loads=True, bitcasts=False) as keyed:
+            assert keyed is True
+            first, key = config.post_grad_custom_post_pass
+            assert first is user
+            assert key.uuid()[0] == "ptc.complex.codegen"
+            assert key.uuid()[2] == (("bitcasts", False), ("loads", True))
+            graph = torch.fx.symbolic_trace(lambda x: x + 1).graph
+            before = str(graph)
+            key(graph)
+            assert str(graph) == before
+        assert config.post_grad_custom_post_pass is user
+        with cache_key(loads=False, bitcasts=False):
+            other = config.post_grad_custom_post_pass[-1]
+        assert other.uuid() != key.uuid()
+    plain = lambda graph: None  # noqa: E731 - Inductor does not cache compiles with such a pass
+    with config.patch(post_grad_custom_post_pass=plain):
+        with cache_key(loads=True) as keyed:
+            assert keyed is False
+            assert config.post_grad_custom_post_pass is plain
+
+
+def test_cached_code_of_other_overrides_is_not_served(gen, monkeypatch):
+    """A graph compiled (and cached) without the load override is compiled again with it, not served."""
+    import contextlib
+    import sys
+
+    from ptc import _compat
+
+    backend_module = sys.modules["ptc.complex.backend"]
+    args = (
+        torch.randn(4096, dtype=torch.complex64, generator=gen),
+        torch.randn(4096, dtype=torch.complex64, generator=gen),
+    )
+
+    def f(z, w):
+        return (z * w - 0.25 * z).abs()
+
+    def code(**kw):
+        torch._dynamo.reset()
+        with inductor_config.patch(fx_graph_cache=True, force_disable_caches=False):
+            _, codes = pc.generated_code(torch.compile(f, backend=pc.backend()), *args)
+        return _int64_loads("\n".join(codes))
+
+    with monkeypatch.context() as m:
+        m.setattr(backend_module, "full_width_loads", lambda: contextlib.nullcontext(False))
+        assert all(len(a) == 2 for a in code())
+    # where this Inductor has no load hook, nothing is overridden and the code stays counted
+    assert any(len(a) == 1 for a in code()) is bool(_compat.INDUCTOR_CPP_VEC_LOAD_LINE)
+
+
+def test_compiles_are_served_from_the_fx_graph_cache(gen):
+    """ptc's decomposition table pickles by reference, so Inductor caches ptc's compiles (forward and
+    backward); a second compile of the same graph is a cache hit with eager's results."""
+    from torch._dynamo.utils import counters
+
+    z = torch.randn(1000, dtype=torch.complex64, generator=gen, requires_grad=True)
+    w = torch.randn(1000, dtype=torch.complex64, generator=gen)
+
+    def f(z, w):
+        return (z * w.conj() + 0.5j).abs().sum()
+
+    expected = f(z, w)
+    (expected_grad,) = torch.autograd.grad(expected, (z,))
+    for attempt in range(2):
+        torch._dynamo.reset()
+        counters.clear()
+        with inductor_config.patch(fx_graph_cache=True, force_disable_caches=False):
+            out = torch.compile(f, backend=pc.backend())(z, w)
+            (grad,) = torch.autograd.grad(out, (z,))
+        rel_close(out.detach(), expected.detach(), torch.complex64)
+        rel_close(grad, expected_grad, torch.complex64)
+        assert counters["inductor"]["fxgraph_cache_bypass"] == 0, dict(counters["inductor"])
+    assert counters["inductor"]["fxgraph_cache_hit"] == 2, dict(counters["inductor"])
+
+
 def test_bits_round_trip_special_values():
     """split/join move bits, not values: NaN payloads, signed zeros, infinities and denormals survive."""
     from ptc.complex.pair import join, split
