@@ -241,9 +241,21 @@ def inductor_cpp_vec_load_line() -> bool:
     if method is None or not hasattr(kernel, "_get_num_vectors") or not hasattr(cpp_codegen, "cexpr_index"):
         return False
     params = list(inspect.signature(method).parameters)
-    return params == ["self", "var", "index", "dtype", "load_mask"] and "self.num_elems" in inspect.getsource(
-        kernel.__init__
+    init = inspect.getsource(kernel.__init__)
+    return params == ["self", "var", "index", "dtype", "load_mask"] and all(
+        f"self.{name} =" in init for name in ("num_elems", "vec_isa")
     )
+
+
+@_probe
+def inductor_custom_pass_lists() -> bool:
+    """Inductor takes a list of CustomGraphPass objects as its post-grad pass, each one's uuid in its cache key."""
+    try:
+        from torch._inductor.custom_graph_pass import CustomPassBase, get_custom_graph_passes  # noqa: F401
+        from torch._inductor import config as inductor_config
+    except Exception:  # noqa: BLE001 - no Inductor here
+        return False
+    return hasattr(inductor_config, "post_grad_custom_post_pass")
 
 
 # --- GEMM -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Two scoped changes to Inductor's C++ vector code: register bitcasts, direct integer loads.
+"""Two scoped changes to Inductor's C++ vector code (register bitcasts, direct integer loads), and their cache key.
 
 Bitcasts (:func:`vector_bitcasts`).
 
@@ -196,12 +196,12 @@ def cache_key(**overrides: bool) -> Iterator[bool]:
     False where a user pass is a plain callable (Inductor does not cache
     those compiles at all) or this Inductor lacks list-valued custom passes.
     """
-    try:
-        from torch._inductor import config as inductor_config
-        from torch._inductor.custom_graph_pass import CustomPassBase, get_custom_graph_passes
-    except ImportError:
+    if not _compat.INDUCTOR_CUSTOM_PASS_LISTS:
         yield False
         return
+    from torch._inductor import config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomPassBase, get_custom_graph_passes
+
     user = get_custom_graph_passes(inductor_config.post_grad_custom_post_pass)
     if not all(isinstance(p, CustomPassBase) for p in user):
         yield False

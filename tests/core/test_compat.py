@@ -23,6 +23,9 @@ GROUND_TRUTH = {
         "INDUCTOR_CHOICES_HOOK": True,
         "INDUCTOR_CHOICE_PREPROCESSING": True,
         "INDUCTOR_PRE_GRAD_CUSTOM_PASS": True,
+        "INDUCTOR_CPP_VEC_BITCAST": True,
+        "INDUCTOR_CPP_VEC_LOAD_LINE": True,
+        "INDUCTOR_CUSTOM_PASS_LISTS": True,
         # 2.13's NVGEMM imports cutlass_api (not on PyPI): unusable whatever is installed
         "NATIVE_NVGEMM": False,
         "NATIVE_NVGEMM_EPILOGUE_FUSION": False,
@@ -45,6 +48,9 @@ GROUND_TRUTH = {
         "INDUCTOR_CHOICES_HOOK": True,
         "INDUCTOR_CHOICE_PREPROCESSING": True,
         "INDUCTOR_PRE_GRAD_CUSTOM_PASS": True,
+        "INDUCTOR_CPP_VEC_BITCAST": True,
+        "INDUCTOR_CPP_VEC_LOAD_LINE": True,
+        "INDUCTOR_CUSTOM_PASS_LISTS": True,
         # 2.14.1's NVGEMM uses cutlass.operators: usable exactly when that package is installed
         "NATIVE_NVGEMM": lambda: importlib.util.find_spec("cutlass") is not None
         and importlib.util.find_spec("cutlass.operators") is not None,
