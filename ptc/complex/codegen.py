@@ -91,26 +91,36 @@ def _register_bitcast(original):
 
 
 @contextlib.contextmanager
-def vector_bitcasts() -> Iterator[bool]:
+def _replaced(cls, name: str, replace) -> Iterator[bool]:
+    """Within the block ``cls.<name>`` is ``replace(original)``, restored on exit and on error.
+
+    ``replace`` returns None to leave the attribute alone (then this yields False).
+    """
+    original = cls.__dict__.get(name)
+    replacement = None if original is None else replace(original)
+    if replacement is None:
+        yield False
+        return
+    setattr(cls, name, replacement)
+    try:
+        yield True
+    finally:
+        setattr(cls, name, original)
+
+
+def vector_bitcasts() -> contextlib.AbstractContextManager[bool]:
     """Within this block, Inductor's vectorised C++ bitcasts are register casts (see the module docstring).
 
     Yields whether the override is in place (False where this torch lacks the hook).
     """
     if not _compat.INDUCTOR_CPP_VEC_BITCAST:
-        yield False
-        return
+        return contextlib.nullcontext(False)
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    cls = cpp_codegen.CppVecOverrides
-    original = cls.__dict__.get("to_dtype_bitcast")
-    if not isinstance(original, staticmethod):  # inherited or of another kind: leave Inductor's code alone
-        yield False
-        return
-    cls.to_dtype_bitcast = staticmethod(_register_bitcast(original.__func__))
-    try:
-        yield True
-    finally:
-        cls.to_dtype_bitcast = original
+    def replace(original):  # inherited or of another kind: leave Inductor's code alone
+        return staticmethod(_register_bitcast(original.__func__)) if isinstance(original, staticmethod) else None
+
+    return _replaced(cpp_codegen.CppVecOverrides, "to_dtype_bitcast", replace)
 
 
 def _direct_load_line(original):
@@ -127,27 +137,18 @@ def _direct_load_line(original):
     return _get_vec_load_line
 
 
-@contextlib.contextmanager
-def full_width_loads() -> Iterator[bool]:
+def full_width_loads() -> contextlib.AbstractContextManager[bool]:
     """Within this block, Inductor's full-width integer vector loads read directly (see the module docstring).
 
     Yields whether the override is in place (False where this torch lacks the hook).
     """
     if not _compat.INDUCTOR_CPP_VEC_LOAD_LINE:
-        yield False
-        return
+        return contextlib.nullcontext(False)
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    cls = cpp_codegen.CppVecKernel
-    original = cls.__dict__.get("_get_vec_load_line")
-    if original is None or not callable(original):
-        yield False
-        return
-    cls._get_vec_load_line = _direct_load_line(original)
-    try:
-        yield True
-    finally:
-        cls._get_vec_load_line = original
+    return _replaced(
+        cpp_codegen.CppVecKernel, "_get_vec_load_line", lambda original: _direct_load_line(original) if callable(original) else None
+    )
 
 
 @functools.lru_cache(maxsize=None)

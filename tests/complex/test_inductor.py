@@ -261,28 +261,6 @@ def test_complex64_is_read_through_its_bits_with_register_casts(name, compiled):
         assert "tmpbuf_out[i] = c10::bit_cast" not in kernels, "a vector bitcast went through a scalar loop"
 
 
-def test_vector_bitcasts_is_scoped():
-    """The codegen override is in place only inside the block, and removed on error too."""
-    from ptc import _compat
-    from ptc.complex.codegen import vector_bitcasts
-
-    if not _compat.INDUCTOR_CPP_VEC_BITCAST:
-        with vector_bitcasts() as active:
-            assert active is False
-        return
-    from torch._inductor.codegen.cpp import CppVecOverrides
-
-    before = CppVecOverrides.__dict__["to_dtype_bitcast"]
-    with vector_bitcasts() as active:
-        assert active is True
-        assert CppVecOverrides.__dict__["to_dtype_bitcast"] is not before
-    assert CppVecOverrides.__dict__["to_dtype_bitcast"] is before
-    with pytest.raises(KeyError):
-        with vector_bitcasts():
-            raise KeyError("boom")
-    assert CppVecOverrides.__dict__["to_dtype_bitcast"] is before
-
-
 def _int64_loads(code):
     """The argument lists of every int64 vector load in ``code``, e.g. ``['in_ptr0 + x0', '8']``."""
     import re
@@ -347,26 +325,35 @@ def test_tail_int64_loads_keep_their_count(gen):
         assert any(len(a) == 1 for a in loads), loads
 
 
-def test_full_width_loads_is_scoped():
-    """The load override is in place only inside the block, and removed on error too."""
-    from ptc import _compat
-    from ptc.complex.codegen import full_width_loads
+@pytest.mark.parametrize(
+    "override, probe, owner, attribute",
+    [
+        ("vector_bitcasts", "INDUCTOR_CPP_VEC_BITCAST", "CppVecOverrides", "to_dtype_bitcast"),
+        ("full_width_loads", "INDUCTOR_CPP_VEC_LOAD_LINE", "CppVecKernel", "_get_vec_load_line"),
+    ],
+)
+def test_codegen_override_is_scoped(override, probe, owner, attribute):
+    """Each codegen override is in place only inside its block, and removed on error too."""
+    from torch._inductor.codegen import cpp as cpp_codegen
 
-    if not _compat.INDUCTOR_CPP_VEC_LOAD_LINE:
-        with full_width_loads() as active:
+    from ptc import _compat
+    from ptc.complex import codegen
+
+    block = getattr(codegen, override)
+    if not getattr(_compat, probe):
+        with block() as active:
             assert active is False
         return
-    from torch._inductor.codegen.cpp import CppVecKernel
-
-    before = CppVecKernel.__dict__["_get_vec_load_line"]
-    with full_width_loads() as active:
+    cls = getattr(cpp_codegen, owner)
+    before = cls.__dict__[attribute]
+    with block() as active:
         assert active is True
-        assert CppVecKernel.__dict__["_get_vec_load_line"] is not before
-    assert CppVecKernel.__dict__["_get_vec_load_line"] is before
+        assert cls.__dict__[attribute] is not before
+    assert cls.__dict__[attribute] is before
     with pytest.raises(KeyError):
-        with full_width_loads():
+        with block():
             raise KeyError("boom")
-    assert CppVecKernel.__dict__["_get_vec_load_line"] is before
+    assert cls.__dict__[attribute] is before
 
 
 def test_cache_key_names_the_overrides():
