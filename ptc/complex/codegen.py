@@ -27,7 +27,8 @@ ATen copies the lanes into a stack buffer and reloads it, whatever the count:
 two 16-byte stores then one 32-byte load, a failed store-to-load forwarding
 per register. Measured on a 2-core AMD EPYC (Zen 3, AVX2), 1M complex64, one
 process per variant: the benchmark's workload (a) 7.8-8.0 ms with the copy,
-3.9-4.0 ms without; ``z * w + z.conj()`` 5.8-6.0 ms and 1.4 ms. Within the
+3.9-4.0 ms without; (e) 7.4-7.6 and 1.5-2.1 ms; (f) 4.2-4.6 and 1.4-1.9 ms;
+``z * w + z.conj()`` 5.8-6.0 and 1.4 ms. Within the
 block an integer load whose count fills its vectors exactly is written
 without the count, ``VectorizedN<int64_t,2>::loadu(p)``, which is equivalent
 to the following (the same lanes, read directly)::
