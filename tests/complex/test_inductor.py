@@ -388,6 +388,10 @@ def test_cache_key_names_the_overrides():
         with cache_key(loads=False, bitcasts=False):
             other = config.post_grad_custom_post_pass[-1]
         assert other.uuid() != key.uuid()
+        torch._dynamo.reset()  # the user's pass still runs in a ptc compile
+        z = torch.randn(64, dtype=torch.complex64)
+        rel_close(torch.compile(lambda z: (z * z).abs(), backend=pc.backend())(z), (z * z).abs(), torch.complex64)
+        assert UserPass.calls >= 1
     plain = lambda graph: None  # noqa: E731 - Inductor does not cache compiles with such a pass
     with config.patch(post_grad_custom_post_pass=plain):
         with cache_key(loads=True) as keyed:
@@ -411,7 +415,7 @@ def test_cached_code_of_other_overrides_is_not_served(gen, monkeypatch):
     def f(z, w):
         return (z * w - 0.25 * z).abs()
 
-    def code(**kw):
+    def code():
         torch._dynamo.reset()
         with inductor_config.patch(fx_graph_cache=True, force_disable_caches=False):
             _, codes = pc.generated_code(torch.compile(f, backend=pc.backend()), *args)
