@@ -147,9 +147,10 @@ def full_width_loads() -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    return _replaced(
-        cpp_codegen.CppVecKernel, "_get_vec_load_line", lambda original: _direct_load_line(original) if callable(original) else None
-    )
+    def replace(original):  # not a function: leave Inductor's code alone
+        return _direct_load_line(original) if callable(original) else None
+
+    return _replaced(cpp_codegen.CppVecKernel, "_get_vec_load_line", replace)
 
 
 @functools.lru_cache(maxsize=None)
