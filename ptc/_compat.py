@@ -248,6 +248,27 @@ def inductor_cpp_vec_load_line() -> bool:
 
 
 @_probe
+def inductor_cpp_vec_sincos() -> bool:
+    """Inductor's C++ vector sin/cos are staticmethods of CppVecOverrides, its kernels name their x86 vector ISA."""
+    try:
+        from torch._inductor import cpu_vec_isa
+        from torch._inductor.codegen import cpp as cpp_codegen
+    except Exception:  # noqa: BLE001 - no C++ backend here
+        return False
+    overrides = getattr(cpp_codegen, "CppVecOverrides", None)
+    kernel = getattr(cpp_codegen, "CppVecKernel", None)
+    if overrides is None or kernel is None or not hasattr(kernel, "_get_num_vectors"):
+        return False
+    methods = [overrides.__dict__.get(name) for name in ("sin", "cos")]
+    return (
+        all(isinstance(m, staticmethod) for m in methods)
+        and hasattr(cpu_vec_isa, "VecAVX2")
+        and hasattr(cpu_vec_isa, "VecAVX512")
+        and "self.vec_isa =" in inspect.getsource(kernel.__init__)
+    )
+
+
+@_probe
 def inductor_custom_pass_lists() -> bool:
     """Inductor takes a list of CustomGraphPass objects as its post-grad pass, each one's uuid in its cache key."""
     try:

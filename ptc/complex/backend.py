@@ -1,7 +1,7 @@
 """The switch: a ``torch.compile`` backend that is Inductor plus ptc's complex rewrite.
 
 ``torch.compile(f, backend=ptc.complex.backend())`` runs Inductor's own
-``compile_fx`` with three things scoped to that compile and nothing else:
+``compile_fx`` with four things scoped to that compile and nothing else:
 
 1. a decomposition table: Inductor's, except that for complex arguments it keeps
    whole the ops ptc has better rules for (Inductor's complex ``add`` trick,
@@ -13,9 +13,12 @@
    their compile: ``cpp.enable_tiling_heuristics=False`` so transcendental-heavy
    kernels that read interleaved (stride-2) memory are vectorised
    (``vectorize=False`` never patches; see :func:`wants_vectorization`);
-4. while a rewritten graph compiles, vectorised C++ bitcasts are register
-   casts (:func:`ptc.complex.codegen.vector_bitcasts`): complex64 is read and
-   written through each element's int64 bits.
+4. while a graph compiles, three changes to Inductor's C++ vector code
+   (:mod:`ptc.complex.codegen`): bitcasts are register casts
+   (:func:`~ptc.complex.codegen.vector_bitcasts`; complex64 is read and written
+   through each element's int64 bits), full-width integer loads read directly
+   (:func:`~ptc.complex.codegen.full_width_loads`), and float32 ``sin``/``cos``
+   are inline (:func:`~ptc.complex.codegen.vector_sincos`).
 
 A Dynamo graph that is *library-bound* (complex values, at least one library
 kernel: GEMM/GEMV, FFT, linalg; and at most one other op that computes, e.g.
@@ -46,7 +49,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from ptc.complex import rules as _rules
-from ptc.complex.codegen import cache_key, full_width_loads, sources_digest, vector_bitcasts
+from ptc.complex.codegen import cache_key, full_width_loads, sources_digest, vector_bitcasts, vector_sincos
 from ptc.complex.pair import is_paired
 from ptc.complex.rewrite import Report, rewrite
 
@@ -271,7 +274,12 @@ class ComplexBackend:
 
     def _inner(self, inner_compile, gm, example_inputs, **kwargs):
         new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report)
-        with vector_bitcasts() as bitcasts, full_width_loads() as loads, cache_key(bitcasts=bitcasts, loads=loads):
+        with (
+            vector_bitcasts() as bitcasts,
+            full_width_loads() as loads,
+            vector_sincos() as sincos,
+            cache_key(bitcasts=bitcasts, loads=loads, sincos=sincos),
+        ):
             if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config
 
