@@ -248,8 +248,8 @@ def inductor_cpp_vec_load_line() -> bool:
 
 
 @_probe
-def inductor_cpp_vec_sincos() -> bool:
-    """Inductor's C++ vector sin/cos are staticmethods of CppVecOverrides, its kernels name their x86 vector ISA."""
+def inductor_cpp_vec_math() -> bool:
+    """Inductor's C++ vector sin/cos/hypot are staticmethods of CppVecOverrides, its kernels name their vector ISA."""
     try:
         from torch._inductor import cpu_vec_isa
         from torch._inductor.codegen import cpp as cpp_codegen
@@ -259,11 +259,12 @@ def inductor_cpp_vec_sincos() -> bool:
     kernel = getattr(cpp_codegen, "CppVecKernel", None)
     if overrides is None or kernel is None or not hasattr(kernel, "_get_num_vectors"):
         return False
-    methods = [overrides.__dict__.get(name) for name in ("sin", "cos")]
+    methods = [overrides.__dict__.get(name) for name in ("sin", "cos", "hypot")]
     return (
         all(isinstance(m, staticmethod) for m in methods)
         and hasattr(cpu_vec_isa, "VecAVX2")
         and hasattr(cpu_vec_isa, "VecAVX512")
+        and callable(getattr(cpu_vec_isa, "pick_vec_isa", None))
         and "self.vec_isa =" in inspect.getsource(kernel.__init__)
     )
 

@@ -17,8 +17,8 @@
    (:mod:`ptc.complex.codegen`): bitcasts are register casts
    (:func:`~ptc.complex.codegen.vector_bitcasts`; complex64 is read and written
    through each element's int64 bits), full-width integer loads read directly
-   (:func:`~ptc.complex.codegen.full_width_loads`), and float32 ``sin``/``cos``
-   are inline (:func:`~ptc.complex.codegen.vector_sincos`).
+   (:func:`~ptc.complex.codegen.full_width_loads`), and float32 ``sin``, ``cos``
+   and ``hypot`` are inline (:func:`~ptc.complex.codegen.vector_math`).
 
 A Dynamo graph that is *library-bound* (complex values, at least one library
 kernel: GEMM/GEMV, FFT, linalg; and at most one other op that computes, e.g.
@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from ptc.complex import rules as _rules
-from ptc.complex.codegen import cache_key, full_width_loads, sources_digest, vector_bitcasts, vector_sincos
+from ptc.complex.codegen import cache_key, full_width_loads, sources_digest, vector_bitcasts, vector_math
 from ptc.complex.pair import is_paired
 from ptc.complex.rewrite import Report, rewrite
 
@@ -277,8 +277,8 @@ class ComplexBackend:
         with (
             vector_bitcasts() as bitcasts,
             full_width_loads() as loads,
-            vector_sincos() as sincos,
-            cache_key(bitcasts=bitcasts, loads=loads, sincos=sincos),
+            vector_math() as inline_math,
+            cache_key(bitcasts=bitcasts, loads=loads, math=inline_math),
         ):
             if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config

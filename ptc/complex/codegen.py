@@ -1,4 +1,4 @@
-"""Three scoped changes to Inductor's C++ vector code (register bitcasts, direct integer loads, inline sin/cos), and their cache key.
+"""Three scoped changes to Inductor's C++ vector code (register bitcasts, direct integer loads, inline math), and their cache key.
 
 Bitcasts (:func:`vector_bitcasts`).
 
@@ -37,37 +37,47 @@ to the following (the same lanes, read directly)::
 
 Tail loads (fewer lanes) and masked loads keep Inductor's code.
 
-Sine and cosine (:func:`vector_sincos`). Inductor writes ``x.sin()`` and
-``x.cos()`` of a float32 vector, two out-of-line calls into Sleef; every call
-also spills the kernel's live vector registers (all are caller-saved). The
-complex decompositions need both of one angle wherever a complex exponential,
-sine or cosine is taken (``exp(1j*theta)`` is ``cos(theta) + 1j*sin(theta)``).
-Within :func:`vector_sincos`, on x86 (AVX2 and AVX-512, where ``fmadd`` is
-fused), each is written inline, equivalent to::
+Inline math (:func:`vector_math`). Inductor writes ``x.sin()``, ``x.cos()``
+and ``x.hypot(y)`` of float32 vectors as out-of-line calls into Sleef; every
+call also spills the kernel's live vector registers (all are caller-saved).
+The complex decompositions need both of one angle wherever a complex
+exponential, sine or cosine is taken (``exp(1j*theta)`` is ``cos(theta) +
+1j*sin(theta)``) and a hypot for every ``abs``. Within :func:`vector_math`, on
+x86 (AVX2 and AVX-512, where ``fmadd`` is fused), each is written inline with
+a fast path for the common range, equivalent to::
 
-    if any(abs(x) > SINCOS_LIMIT):       # rare; inf too; nan stays on the fast path
-        return x.sin()                   # Inductor's own (Sleef) for the whole vector
-    q = rint(x * 2/pi)                   # the quadrant
-    r = x - q*P1 - q*P2 - q*P3           # fused multiply-adds; P1 + P2 + P3 = pi/2 to 72 bits
-    s, c = sin_poly(r), cos_poly(r)      # |r| <= pi/4: Cephes' sinf/cosf minimax polynomials
-    sin(x) = [s, c, -s, -c][q mod 4]     # and x itself where x is +-0 (sin(-0) = -0)
-    cos(x) = [c, -s, -c, s][q mod 4]
+    def sin(x):                          # cos(x) alike
+        if any(abs(x) > SINCOS_LIMIT):   # rare; inf too; nan stays on the fast path
+            return x.sin()               # Inductor's own (Sleef) for the whole vector
+        q = rint(x * 2/pi)               # the quadrant
+        r = x - q*P1 - q*P2 - q*P3       # fused multiply-adds; P1 + P2 + P3 = pi/2 to 72 bits
+        s, c = sin_poly(r), cos_poly(r)  # |r| <= pi/4: Cephes' sinf/cosf minimax polynomials
+        return [s, c, -s, -c][q mod 4]   # cos: [c, -s, -c, s]; sin(+-0) is x itself
+
+    def hypot(x, y):
+        h2 = fma(x, x, y*y)
+        if any(not (2**-100 <= h2 <= 2**100)):  # would over- or underflow; inf, nan
+            return x.hypot(y)            # Inductor's own (Sleef, C99's special values)
+        return sqrt(h2)
 
 The reduction and both polynomials of ``sin(x)`` and ``cos(x)`` of one ``x`` are
 the same expressions, which the C++ compiler computes once. Checked against
-float64 over every float32 in [1e-6, 32768): at most 1.53 ulp (sin) and 1.53
-ulp (cos); Sleef's ``u35`` functions Inductor calls promise 3.5. Measured on a
-2-core AMD EPYC (Zen 3, AVX2), one process per variant: the benchmark's
-workload (a) 4.5-4.6 ms with Sleef's calls, 3.3-3.9 ms inline. float64 and
-other ISAs keep Inductor's code.
+float64 over every float32 in [1e-6, 32768): at most 1.53 ulp (sin and cos);
+hypot's fast path: at most 1.19 ulp over 1e8 random pairs. Sleef's ``u35`` sin/cos Inductor calls
+promise 3.5 ulp. Measured on a 2-core AMD EPYC (Zen 3, AVX2), the kernel of
+the benchmark's workload (a) alone, one process, interleaved: 3.1-3.2 ms with
+Sleef's hypot and inline sin/cos, 2.5-2.7 ms with both inline; as the whole
+compiled function (one process per variant) 4.5-4.6 ms with Sleef's
+sin/cos, 3.3-3.9 ms inline. float64 and other ISAs keep Inductor's code;
+:func:`inline_hypot` says where ptc's ``abs`` decomposition writes ``hypot``.
 
 Each override is in place only while ptc's backend compiles a graph
 (:class:`ptc.complex.backend.ComplexBackend`); code generated meanwhile by
 another thread differs only in being faster. Where this Inductor lacks the
 hook (``_compat.INDUCTOR_CPP_VEC_BITCAST``, ``_compat.INDUCTOR_CPP_VEC_LOAD_LINE``,
-``_compat.INDUCTOR_CPP_VEC_SINCOS``), nothing is changed.
+``_compat.INDUCTOR_CPP_VEC_MATH``), nothing is changed.
 
-Inductor's FX-graph cache does not know about either override: without more,
+Inductor's FX-graph cache does not know about these overrides: without more,
 it would serve code generated under other overrides (an older ptc's, or none)
 for the same graph. :func:`cache_key` adds them to the key (see there).
 """
@@ -77,6 +87,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import math
 from pathlib import Path
 from typing import Iterator
 
@@ -84,7 +95,7 @@ import torch
 
 from ptc import _compat
 
-__all__ = ["SINCOS_LIMIT", "cache_key", "full_width_loads", "vector_bitcasts", "vector_sincos"]
+__all__ = ["SINCOS_LIMIT", "cache_key", "full_width_loads", "inline_hypot", "vector_bitcasts", "vector_math"]
 
 #: (destination, source) dtype pairs whose vectors are reinterpreted in place
 _SAME_WIDTH = {
@@ -180,80 +191,130 @@ def full_width_loads() -> contextlib.AbstractContextManager[bool]:
 #: |x| above which the inline sin/cos hand the whole vector to Inductor's own (Sleef's) functions
 SINCOS_LIMIT = 32768.0
 
+#: float32 parts of pi/2 (their sum is pi/2 to 72 bits): Cody and Waite's reduction
+_HALF_PI = (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15)
+#: Cephes' sinf and cosf on [-pi/4, pi/4], highest power first (in z = r*r)
+_SIN_POLY = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
+_COS_POLY = (2.443315711809948e-05, -1.388731625493765e-03, 4.166664568298827e-02, -0.5, 1.0)
+
 _FLOAT = "at::vec::Vectorized<float>"
 _INT = "at::vec::Vectorized<int32_t>"
 
 
+def _f(c: float) -> str:
+    return f"{_FLOAT}({c!r}f)"  # a float32 constant, broadcast
+
+
+def _horner(coefficients, z: str) -> str:
+    out = _f(coefficients[0])
+    for c in coefficients[1:]:
+        out = f"at::vec::fmadd({out}, {z}, {_f(c)})"
+    return out
+
+
 def _sincos_line(x: str, which: str) -> str:
     """C++: ``sin`` or ``cos`` of the float32 vector ``x``, inline (see the module docstring)."""
-    f = lambda c: f"{_FLOAT}({c!r}f)"  # noqa: E731 - a float32 constant, broadcast
-    i = lambda c: f"{_INT}({c})"  # noqa: E731
-    fma = "at::vec::fmadd"
-    if which == "sin":
+    two, one, thirty = f"{_INT}(2)", f"{_INT}(1)", f"{_INT}(30)"
+    if which == "sin":  # [s, c, -s, -c][q mod 4], and x itself at +-0
         pick = (
-            f"auto v = {_FLOAT}::blendv(s, c, odd) ^ at::vec::cast<float>((qi & {i(2)}) << {i(30)}); "
-            f"return {_FLOAT}::blendv(v, x, x == {f(0.0)}); "
+            f"auto v = {_FLOAT}::blendv(s, c, odd) ^ at::vec::cast<float>((qi & {two}) << {thirty}); "
+            f"return {_FLOAT}::blendv(v, x, x == {_f(0.0)}); "
         )
-    else:
-        pick = f"return {_FLOAT}::blendv(c, s, odd) ^ at::vec::cast<float>(((qi + {i(1)}) & {i(2)}) << {i(30)}); "
+    else:  # [c, -s, -c, s][q mod 4]
+        pick = f"return {_FLOAT}::blendv(c, s, odd) ^ at::vec::cast<float>(((qi + {one}) & {two}) << {thirty}); "
     return (
         f"[](const {_FLOAT}& x) -> {_FLOAT} {{ "
-        f"if (!at::vec::VecMask<float,1>(x.abs() > {f(SINCOS_LIMIT)}).all_zero()) return x.{which}(); "
-        f"auto q = (x * {f(0.6366197723675814)}).round(); "
-        f"auto r = {fma}(q, {f(-1.5707963705062866)}, x); "
-        f"r = {fma}(q, {f(4.371138828673793e-08)}, r); "
-        f"r = {fma}(q, {f(1.7151245100058819e-15)}, r); "
+        f"if (!at::vec::VecMask<float,1>(x.abs() > {_f(SINCOS_LIMIT)}).all_zero()) return x.{which}(); "
+        f"auto q = (x * {_f(2 / math.pi)}).round(); "
+        f"auto r = at::vec::fmadd(q, {_f(-_HALF_PI[0])}, x); "
+        f"r = at::vec::fmadd(q, {_f(-_HALF_PI[1])}, r); "
+        f"r = at::vec::fmadd(q, {_f(-_HALF_PI[2])}, r); "
         f"auto z = r * r; "
-        f"auto s = {fma}({fma}({fma}({f(-1.9515295891e-4)}, z, {f(8.3321608736e-3)}), z, {f(-1.6666654611e-1)}), z * r, r); "
-        f"auto c = {fma}({fma}({fma}({fma}({f(2.443315711809948e-05)}, z, {f(-1.388731625493765e-03)}), z, "
-        f"{f(4.166664568298827e-02)}), z, {f(-0.5)}), z, {f(1.0)}); "
+        f"auto s = at::vec::fmadd({_horner(_SIN_POLY, 'z')}, z * r, r); "
+        f"auto c = {_horner(_COS_POLY, 'z')}; "
         f"auto qi = at::vec::convert<int32_t>(q); "
-        f"auto odd = at::vec::cast<float>((qi & {i(1)}) == {i(1)}); "
+        f"auto odd = at::vec::cast<float>((qi & {one}) == {one}); "
         f"{pick}}}({x})"
     )
 
 
-def _inline_sincos(which: str, original):
+def _hypot_line(x: str, y: str) -> str:
+    """C++: ``hypot`` of the float32 vectors ``x`` and ``y``, inline (see the module docstring)."""
+    return (
+        f"[](const {_FLOAT}& x, const {_FLOAT}& y) -> {_FLOAT} {{ "
+        f"auto h2 = at::vec::fmadd(x, x, y * y); "
+        f"if (!at::vec::VecMask<float,1>((h2 >= {_FLOAT}(0x1p-100f)) & (h2 <= {_FLOAT}(0x1p100f))).all_masked()) "
+        f"return x.hypot(y); "
+        f"return h2.sqrt(); }}({x}, {y})"
+    )
+
+
+def _x86_isa(isa) -> bool:
     from torch._inductor import cpu_vec_isa
+
+    return isinstance(isa, (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512))
+
+
+def _inline(write, original):
+    """``original`` (a CppVecOverrides op), except that float32 vectors of one register on x86 get ``write``."""
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    def sincos(x):
+    def op(*args):
         kernel = cpp_codegen.V.kernel
         if (
             isinstance(kernel, cpp_codegen.CppVecKernel)
-            and isinstance(kernel.vec_isa, (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512))
-            and getattr(x, "is_vec", False)
-            and getattr(x, "dtype", None) == torch.float32
+            and _x86_isa(kernel.vec_isa)
+            and all(getattr(a, "is_vec", False) and getattr(a, "dtype", None) == torch.float32 for a in args)
             and kernel._get_num_vectors(torch.float32) == 1
         ):
-            return _sincos_line(x, which)
-        return original(x)
+            return write(*args)
+        return original(*args)
 
-    return sincos
+    return op
+
+
+_INLINE = {
+    "sin": lambda x: _sincos_line(x, "sin"),
+    "cos": lambda x: _sincos_line(x, "cos"),
+    "hypot": _hypot_line,
+}
 
 
 @contextlib.contextmanager
-def vector_sincos() -> Iterator[bool]:
-    """Within this block, Inductor's float32 vector ``sin`` and ``cos`` are inline (see the module docstring).
+def vector_math() -> Iterator[bool]:
+    """Within this block, Inductor's float32 vector ``sin``, ``cos`` and ``hypot`` are inline (see the module docstring).
 
     Yields whether the override is in place (False where this torch lacks the hook).
     """
-    if not _compat.INDUCTOR_CPP_VEC_SINCOS:
+    if not _compat.INDUCTOR_CPP_VEC_MATH:
         yield False
         return
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    def replace(which):
+    def replace(name):
         def replace_method(original):  # inherited or of another kind: leave Inductor's code alone
             if not isinstance(original, staticmethod):
                 return None
-            return staticmethod(_inline_sincos(which, original.__func__))
+            return staticmethod(_inline(_INLINE[name], original.__func__))
 
         return replace_method
 
-    with _replaced(cpp_codegen.CppVecOverrides, "sin", replace("sin")) as sin:
-        with _replaced(cpp_codegen.CppVecOverrides, "cos", replace("cos")) as cos:
-            yield sin and cos
+    with contextlib.ExitStack() as stack:
+        done = [stack.enter_context(_replaced(cpp_codegen.CppVecOverrides, n, replace(n))) for n in _INLINE]
+        yield all(done)
+
+
+def inline_hypot(dtype: torch.dtype) -> bool:
+    """Whether a ptc compile writes ``hypot`` of ``dtype`` inline on this CPU (float32, x86, the hook here).
+
+    Where it does, ptc's complex ``abs`` is ``torch.hypot``; elsewhere it is
+    :func:`ptc.complex.rules.chypot`'s one-division formula, cheaper than Sleef's hypot.
+    """
+    if dtype != torch.float32 or not _compat.INDUCTOR_CPP_VEC_MATH:
+        return False
+    from torch._inductor import cpu_vec_isa
+
+    return _x86_isa(cpu_vec_isa.pick_vec_isa())
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from ptc.complex import gemv as _gemv
+from ptc.complex.codegen import inline_hypot as _inline_hypot
 from ptc.complex.pair import Pair, complex_dtype, is_paired, join, real_dtype
 
 aten = torch.ops.aten
@@ -212,8 +213,12 @@ def chypot(re, im):
 
     ``m*sqrt(1 + (n/m)^2)`` with ``m = max(|re|, |im|)``, ``n = min``; C99's
     special values: ``inf`` if either part is infinite (even with a nan), 0 at 0.
-    Much cheaper than the vectorised ``hypot`` (Sleef) Inductor would call.
+    Much cheaper than the vectorised ``hypot`` (Sleef) Inductor would call,
+    except where ptc writes that inline (float32 on x86,
+    :func:`ptc.complex.codegen.inline_hypot`): there this is ``torch.hypot``.
     """
+    if _inline_hypot(re.dtype):
+        return torch.hypot(re, im)
     ar, ai = re.abs(), im.abs()
     m = torch.maximum(ar, ai)
     n = torch.minimum(ar, ai)

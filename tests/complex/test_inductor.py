@@ -330,8 +330,9 @@ def test_tail_int64_loads_keep_their_count(gen):
     [
         ("vector_bitcasts", "INDUCTOR_CPP_VEC_BITCAST", "CppVecOverrides", "to_dtype_bitcast"),
         ("full_width_loads", "INDUCTOR_CPP_VEC_LOAD_LINE", "CppVecKernel", "_get_vec_load_line"),
-        ("vector_sincos", "INDUCTOR_CPP_VEC_SINCOS", "CppVecOverrides", "sin"),
-        ("vector_sincos", "INDUCTOR_CPP_VEC_SINCOS", "CppVecOverrides", "cos"),
+        ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "sin"),
+        ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "cos"),
+        ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "hypot"),
     ],
 )
 def test_codegen_override_is_scoped(override, probe, owner, attribute):

@@ -1,7 +1,8 @@
-"""ptc's inline float32 sin/cos (ptc.complex.codegen.vector_sincos): accuracy, special values, fallback.
+"""ptc's inline float32 sin, cos and hypot (ptc.complex.codegen.vector_math): accuracy, special values, fallback.
 
-One compiled ``x -> (sin(x), cos(x))`` on 4096 values is shared by the tests;
-every input is checked in ulps against float64. Where this CPU or torch has no
+One compiled ``x -> (sin(x), cos(x))`` and one ``(x, y) -> hypot(x, y)`` on
+4096 values are shared by the tests; every input is checked in ulps against
+float64. Where this CPU or torch has no
 inline path (not x86 AVX2/AVX-512, or no hook) the same checks run on
 Inductor's own code.
 """
@@ -27,7 +28,7 @@ def _inline_here() -> bool:
     from torch._inductor import cpu_vec_isa
 
     isa = cpu_vec_isa.pick_vec_isa()
-    return _compat.INDUCTOR_CPP_VEC_SINCOS and isinstance(isa, (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512))
+    return _compat.INDUCTOR_CPP_VEC_MATH and isinstance(isa, (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512))
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +140,85 @@ def test_complex_exp_uses_it(sincos):
     got = torch.compile(lambda t: torch.exp(1j * t), backend=pc.backend())(theta)
     want = torch.exp(1j * theta.double())
     assert (got.to(torch.complex128) - want).abs().max() <= 4 * 2.0**-24
+
+
+# --- hypot -------------------------------------------------------------------
+
+HYPOT_ULP = 1.5  # measured: 1.19 over 1e8 random pairs
+
+
+@pytest.fixture(scope="module")
+def hypot():
+    torch._dynamo.reset()
+    compiled = torch.compile(torch.hypot, backend=pc.backend(), dynamic=False)
+    x = torch.linspace(-4.0, 4.0, N)
+    _, codes = pc.generated_code(compiled, x, x.flip(0))
+    return compiled, "\n".join(codes)
+
+
+def _check_hypot(hypot, x, y, max_ulp=HYPOT_ULP):
+    """Within ``max_ulp`` of float64's hypot where that is finite; eager's inf and nan elsewhere."""
+    compiled, _ = hypot
+    got = compiled(x, y)
+    want = torch.hypot(x.double(), y.double())
+    finite = torch.isfinite(want.float())
+    ref32 = want.float().abs()
+    ulp = (torch.nextafter(ref32, torch.tensor(math.inf)) - ref32).double()
+    err = ((got.double() - want) / ulp).abs()[finite]
+    if err.numel():
+        i = int(err.argmax())
+        assert err[i] <= max_ulp, f"hypot({x[finite][i].item()!r}, {y[finite][i].item()!r}) is {err[i].item():.2f} ulp off"
+    torch.testing.assert_close(got[~finite], torch.hypot(x, y)[~finite], equal_nan=True, rtol=0, atol=0)
+    return got
+
+
+def test_hypot_code_is_inline_on_x86(hypot):
+    _, code = hypot
+    assert ("0x1p100f" in code) is _inline_here()
+
+
+def test_hypot_over_all_magnitudes(hypot):
+    """Pairs from 1e-45 to 3e38 (over- and underflowing squares go to Sleef's hypot), signs mixed."""
+    gen = torch.Generator().manual_seed(0)
+    for lo, hi in ((-2.0, 2.0), (-45.0, 38.5), (15.0, 25.0), (-25.0, -15.0)):
+        mag = 10.0 ** (torch.rand(2, N, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+        sign = torch.randint(0, 2, (2, N), generator=gen) * 2 - 1
+        x, y = (mag * sign).float()
+        _check_hypot(hypot, x, y)
+
+
+def test_hypot_special_values(hypot):
+    """C99: inf if either is infinite (even with a nan), else nan with a nan; zeros of both signs."""
+    inf, nan = math.inf, math.nan
+    pairs = [(inf, nan), (nan, -inf), (nan, 1.0), (1.0, nan), (0.0, -0.0), (-0.0, 0.0), (3.0, 4.0), (1e-45, 0.0),
+             (3e38, 3e38), (-inf, -inf)]
+    x = _tiled([p[0] for p in pairs])
+    y = _tiled([p[1] for p in pairs])
+    _check_hypot(hypot, x, y)
+    x = _tiled([3.0, -0.0, 5e-20, 1.0, 0.5, -2.0, 7.0])  # all on the fast path
+    y = _tiled([4.0, 1.0, 5e-20, -1e-3, 1e19, -2.0, 0.0])
+    _check_hypot(hypot, x, y)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=37, max_size=37),
+    st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=37, max_size=37),
+)
+def test_hypot_any_floats(hypot, xs, ys):
+    _check_hypot(hypot, _tiled(xs), _tiled(ys))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_abs_writes_hypot_where_inline(dtype):
+    """complex64 ``abs`` is ``hypot`` where ptc writes it inline; complex128 keeps the one-division formula."""
+    from ptc.complex.codegen import inline_hypot
+
+    z = torch.randn(N, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    got, codes = pc.generated_code(torch.compile(torch.abs, backend=pc.backend()), z)
+    code = "\n".join(codes)
+    torch.testing.assert_close(got, z.abs())
+    inline = inline_hypot(z.real.dtype)
+    assert inline is (dtype == torch.complex64 and _inline_here())
+    assert ("hypot" in code) is inline
