@@ -167,6 +167,8 @@ def test_ddp_gradient_buckets_are_seen_through_hooks_only(gloo_solo, capture, co
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
     with fr.recording(dump_dir=tmp_path, capture=capture, core=core) as rec:
         model(torch.randn(3, 4)).sum().backward()
+        if capture == "hooks":  # the completion hook runs on gloo's thread, possibly just after the reducer's wait
+            wait_for(lambda: all(e["state"] == "completed" for e in rec.entries()), 10.0, "the bucket's completion")
         entries = rec.entries()
     if capture == "hooks":
         assert [(e["profiling_name"], e["input_sizes"], e["state"]) for e in entries] == [
