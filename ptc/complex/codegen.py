@@ -107,18 +107,25 @@ _SAME_WIDTH = {
 _COPIED_LOADS = (torch.int64, torch.int32)
 
 
+def _one_register_kernel(*dtypes):
+    """The vectorised C++ kernel being written, where a vector of each of ``dtypes`` is one register; else None."""
+    from torch._inductor.codegen import cpp as cpp_codegen
+
+    kernel = cpp_codegen.V.kernel
+    if isinstance(kernel, cpp_codegen.CppVecKernel) and all(kernel._get_num_vectors(d) == 1 for d in dtypes):
+        return kernel
+    return None
+
+
 def _register_bitcast(original):
     from torch._inductor.codegen import cpp as cpp_codegen
 
     def to_dtype_bitcast(x, dtype, src_dtype):
-        kernel = cpp_codegen.V.kernel
         if (
             (dtype, src_dtype) in _SAME_WIDTH
-            and isinstance(kernel, cpp_codegen.CppVecKernel)
             and isinstance(x, cpp_codegen.CppCSEVariable)
             and getattr(x, "is_vec", False)
-            and kernel._get_num_vectors(dtype) == 1
-            and kernel._get_num_vectors(src_dtype) == 1
+            and _one_register_kernel(dtype, src_dtype) is not None
         ):
             return f"at::vec::cast<{cpp_codegen.DTYPE_TO_CPP[dtype]}>({x})"
         return original(x, dtype, src_dtype)
@@ -144,6 +151,18 @@ def _replaced(cls, name: str, replace) -> Iterator[bool]:
         setattr(cls, name, original)
 
 
+def _replaced_staticmethod(cls, name: str, wrap) -> contextlib.AbstractContextManager[bool]:
+    """:func:`_replaced` for a staticmethod: within the block ``cls.<name>`` calls ``wrap(function)``.
+
+    Inherited, or of another kind: left alone (yields False).
+    """
+
+    def replace(original):
+        return staticmethod(wrap(original.__func__)) if isinstance(original, staticmethod) else None
+
+    return _replaced(cls, name, replace)
+
+
 def vector_bitcasts() -> contextlib.AbstractContextManager[bool]:
     """Within this block, Inductor's vectorised C++ bitcasts are register casts (see the module docstring).
 
@@ -153,10 +172,7 @@ def vector_bitcasts() -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    def replace(original):  # inherited or of another kind: leave Inductor's code alone
-        return staticmethod(_register_bitcast(original.__func__)) if isinstance(original, staticmethod) else None
-
-    return _replaced(cpp_codegen.CppVecOverrides, "to_dtype_bitcast", replace)
+    return _replaced_staticmethod(cpp_codegen.CppVecOverrides, "to_dtype_bitcast", _register_bitcast)
 
 
 def _direct_load_line(original):
@@ -257,15 +273,13 @@ def _x86_isa(isa) -> bool:
 
 def _inline(write, original):
     """``original`` (a CppVecOverrides op), except that float32 vectors of one register on x86 get ``write``."""
-    from torch._inductor.codegen import cpp as cpp_codegen
 
     def op(*args):
-        kernel = cpp_codegen.V.kernel
+        kernel = _one_register_kernel(torch.float32)
         if (
-            isinstance(kernel, cpp_codegen.CppVecKernel)
+            kernel is not None
             and _x86_isa(kernel.vec_isa)
             and all(getattr(a, "is_vec", False) and getattr(a, "dtype", None) == torch.float32 for a in args)
-            and kernel._get_num_vectors(torch.float32) == 1
         ):
             return write(*args)
         return original(*args)
@@ -291,16 +305,12 @@ def vector_math() -> Iterator[bool]:
         return
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    def replace(name):
-        def replace_method(original):  # inherited or of another kind: leave Inductor's code alone
-            if not isinstance(original, staticmethod):
-                return None
-            return staticmethod(_inline(_INLINE[name], original.__func__))
-
-        return replace_method
-
+    overrides = cpp_codegen.CppVecOverrides
     with contextlib.ExitStack() as stack:
-        done = [stack.enter_context(_replaced(cpp_codegen.CppVecOverrides, n, replace(n))) for n in _INLINE]
+        done = [
+            stack.enter_context(_replaced_staticmethod(overrides, name, functools.partial(_inline, write)))
+            for name, write in _INLINE.items()
+        ]
         yield all(done)
 
 
