@@ -270,6 +270,33 @@ def inductor_cpp_vec_math() -> bool:
 
 
 @_probe
+def inductor_cpp_vec_narrowing() -> bool:
+    """Inductor's C++ vector kernels write dtype conversions in one method and right shifts in a staticmethod.
+
+    Also: its CSE looks a variable up by expression (``try_get``), and its kernels name their vector ISA.
+    """
+    try:
+        from torch._inductor import cpu_vec_isa
+        from torch._inductor.codegen import common
+        from torch._inductor.codegen import cpp as cpp_codegen
+    except Exception:  # noqa: BLE001 - no C++ backend here
+        return False
+    overrides = getattr(cpp_codegen, "CppVecOverrides", None)
+    kernel = getattr(cpp_codegen, "CppVecKernel", None)
+    method = getattr(kernel, "get_to_dtype_expr", None)
+    if overrides is None or method is None or not hasattr(kernel, "_get_num_vectors"):
+        return False
+    return (
+        list(inspect.signature(method).parameters) == ["self", "src", "dtype", "src_dtype", "rounding"]
+        and isinstance(overrides.__dict__.get("bitwise_right_shift"), staticmethod)
+        and callable(getattr(getattr(common, "CSE", None), "try_get", None))
+        and hasattr(cpu_vec_isa, "VecAVX2")
+        and hasattr(cpu_vec_isa, "VecAVX512")
+        and "self.vec_isa =" in inspect.getsource(kernel.__init__)
+    )
+
+
+@_probe
 def inductor_custom_pass_lists() -> bool:
     """Inductor takes a list of CustomGraphPass objects as its post-grad pass, each one's uuid in its cache key."""
     try:

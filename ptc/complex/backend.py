@@ -13,12 +13,14 @@
    their compile: ``cpp.enable_tiling_heuristics=False`` so transcendental-heavy
    kernels that read interleaved (stride-2) memory are vectorised
    (``vectorize=False`` never patches; see :func:`wants_vectorization`);
-4. while a graph compiles, three changes to Inductor's C++ vector code
+4. while a graph compiles, four changes to Inductor's C++ vector code
    (:mod:`ptc.complex.codegen`): bitcasts are register casts
    (:func:`~ptc.complex.codegen.vector_bitcasts`; complex64 is read and written
    through each element's int64 bits), full-width integer loads read directly
-   (:func:`~ptc.complex.codegen.full_width_loads`), and float32 ``sin``, ``cos``
-   and ``hypot`` are inline (:func:`~ptc.complex.codegen.vector_math`).
+   (:func:`~ptc.complex.codegen.full_width_loads`), float32 ``sin``, ``cos``
+   and ``hypot`` are inline (:func:`~ptc.complex.codegen.vector_math`), and on
+   AVX2 the int64 -> int32 narrowing that takes each half is two shuffles
+   (:func:`~ptc.complex.codegen.narrowing_shuffles`).
 
 A Dynamo graph that is *library-bound* (complex values, at least one library
 kernel: GEMM/GEMV, FFT, linalg; and at most one other op that computes, e.g.
@@ -49,7 +51,14 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from ptc.complex import rules as _rules
-from ptc.complex.codegen import cache_key, full_width_loads, sources_digest, vector_bitcasts, vector_math
+from ptc.complex.codegen import (
+    cache_key,
+    full_width_loads,
+    narrowing_shuffles,
+    sources_digest,
+    vector_bitcasts,
+    vector_math,
+)
 from ptc.complex.pair import is_paired
 from ptc.complex.rewrite import Report, rewrite
 
@@ -278,7 +287,8 @@ class ComplexBackend:
             vector_bitcasts() as bitcasts,
             full_width_loads() as loads,
             vector_math() as inline_math,
-            cache_key(bitcasts=bitcasts, loads=loads, math=inline_math),
+            narrowing_shuffles() as narrowing,
+            cache_key(bitcasts=bitcasts, loads=loads, math=inline_math, narrowing=narrowing),
         ):
             if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config

@@ -333,6 +333,8 @@ def test_tail_int64_loads_keep_their_count(gen):
         ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "sin"),
         ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "cos"),
         ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "hypot"),
+        ("narrowing_shuffles", "INDUCTOR_CPP_VEC_NARROWING", "CppVecKernel", "get_to_dtype_expr"),
+        ("narrowing_shuffles", "INDUCTOR_CPP_VEC_NARROWING", "CppVecOverrides", "bitwise_right_shift"),
     ],
 )
 def test_codegen_override_is_scoped(override, probe, owner, attribute):
