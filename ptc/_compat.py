@@ -247,6 +247,15 @@ def inductor_cpp_vec_load_line() -> bool:
     )
 
 
+def _x86_vec_kernels(cpu_vec_isa, kernel) -> bool:
+    """Inductor has its AVX2 and AVX-512 ISA classes, and each vector kernel names its ISA (``self.vec_isa``)."""
+    return (
+        hasattr(cpu_vec_isa, "VecAVX2")
+        and hasattr(cpu_vec_isa, "VecAVX512")
+        and "self.vec_isa =" in inspect.getsource(kernel.__init__)
+    )
+
+
 @_probe
 def inductor_cpp_vec_math() -> bool:
     """Inductor's C++ vector sin/cos/hypot are staticmethods of CppVecOverrides, its kernels name their vector ISA."""
@@ -262,10 +271,8 @@ def inductor_cpp_vec_math() -> bool:
     methods = [overrides.__dict__.get(name) for name in ("sin", "cos", "hypot")]
     return (
         all(isinstance(m, staticmethod) for m in methods)
-        and hasattr(cpu_vec_isa, "VecAVX2")
-        and hasattr(cpu_vec_isa, "VecAVX512")
         and callable(getattr(cpu_vec_isa, "pick_vec_isa", None))
-        and "self.vec_isa =" in inspect.getsource(kernel.__init__)
+        and _x86_vec_kernels(cpu_vec_isa, kernel)
     )
 
 
@@ -290,9 +297,7 @@ def inductor_cpp_vec_narrowing() -> bool:
         list(inspect.signature(method).parameters) == ["self", "src", "dtype", "src_dtype", "rounding"]
         and isinstance(overrides.__dict__.get("bitwise_right_shift"), staticmethod)
         and callable(getattr(getattr(common, "CSE", None), "try_get", None))
-        and hasattr(cpu_vec_isa, "VecAVX2")
-        and hasattr(cpu_vec_isa, "VecAVX512")
-        and "self.vec_isa =" in inspect.getsource(kernel.__init__)
+        and _x86_vec_kernels(cpu_vec_isa, kernel)
     )
 
 

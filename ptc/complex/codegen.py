@@ -448,7 +448,7 @@ def narrowing_shuffles() -> Iterator[bool]:
     with (
         _replaced_staticmethod(
             cpp_codegen.CppVecOverrides, "bitwise_right_shift", functools.partial(_recording_shift, shifts)
-        ) as recording,
+        ),
         _replaced(cpp_codegen.CppVecKernel, "get_to_dtype_expr", replace) as narrowing,
     ):
         yield narrowing  # without the recording the narrowing is still two shuffles, just never fused
