@@ -66,6 +66,9 @@ and ``ptc fr-trace DIR`` both read a directory of them.  A dump is written:
 * on a peer's request: with ``store=``, a recorder that dumps because of a
   failure or timeout asks every other recorder on the store to dump too, so
   the rank that never arrived at a hung collective leaves its record as well.
+  Every request is served (each has its own key on the store), and a
+  requested dump that replaces this rank's own failure or timeout dump keeps
+  that reason first: ``"timeout: ...; then requested by rank 1: timeout: ..."``.
 
 Automatic dumps happen at most once per group and generation for a failure
 and once for a timeout (a timeout after a failure adds nothing and does not
@@ -117,7 +120,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, cast
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union, cast
 
 import torch
 
@@ -141,8 +144,8 @@ DUMP_VERSION = "2.10"  # the format version torch 2.13 and 2.14 write and torchf
 DEFAULT_CAPACITY = 2048
 DEFAULT_PREFIX = "rank_"
 DUMP_DIR_ENV = "PTC_FR_DUMP_DIR"
-_STORE_COUNT_KEY = "ptc/flight_recorder/dump_requests"
-_STORE_REASON_KEY = "ptc/flight_recorder/last_request"
+_STORE_COUNT_KEY = "ptc/flight_recorder/dump_requests"  # how many requests were ever published
+_STORE_REQUEST_KEY = "ptc/flight_recorder/request/"  # + a request's number: "rank R: its reason"
 _PTC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 get_ident = threading.get_ident
 
@@ -517,6 +520,7 @@ class FlightRecorder:
 
         self._requests: "collections.deque[str]" = collections.deque()  # dump reasons for the thread
         self._publish: "collections.deque[str]" = collections.deque()  # reasons to tell peers
+        self._own_reason: Optional[str] = None  # the reason of this recorder's last automatic dump
         self._stop = threading.Event()
         self._store_wake = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -532,7 +536,7 @@ class FlightRecorder:
                 self._install_signal(dump_signal)
             self._threads = [threading.Thread(target=self._serve, name="ptc-fr-watchdog", daemon=True)]
             if store is not None:
-                self._store_seen = int(store.add(_STORE_COUNT_KEY, 0))
+                self._peers = _PeerRequests(store)
                 self._threads.append(threading.Thread(target=self._watch_store, name="ptc-fr-store", daemon=True))
         except BaseException:
             self._close_pipe()
@@ -887,6 +891,7 @@ class FlightRecorder:
         superseded = (lambda: "failure" in done) if cause == "timeout" else None
         if self._write_dump(reason, unless=superseded) is None:
             return
+        self._own_reason = reason
         if self._store is not None:
             self._publish.append(f"rank {self._rank}: {reason}")
             self._store_wake.set()
@@ -1026,7 +1031,7 @@ class FlightRecorder:
                 if self._signal is not None and self._signal_uses_wakeup_fd and self._signal in data:
                     self._safe_dump(f"signal {signal.Signals(self._signal).name}")
             while self._requests:
-                self._safe_dump(self._requests.popleft())
+                self._serve_request(self._requests.popleft())
             if self._tap is not None:
                 self._dump_native_failures()
             if self._stop.is_set():
@@ -1043,6 +1048,11 @@ class FlightRecorder:
                 self._auto_dump(entry.group, "failure", f"failure: {entry.describe()} failed: {entry.error}")
             except Exception as exc:  # noqa: BLE001 - never turn a failed collective into a recorder error
                 self._fr_internal_error(exc)
+
+    def _serve_request(self, request: str) -> None:
+        """Dump for a request; this rank's own failure or timeout reason, if any, stays first."""
+        own = self._own_reason
+        self._safe_dump(request if own is None else f"{own}; then {request}")
 
     def _safe_dump(self, reason: str) -> None:
         try:
@@ -1082,18 +1092,13 @@ class FlightRecorder:
 
     def _watch_store(self) -> None:
         """Store thread: tell peers about our automatic dumps; dump when a peer asks."""
-        store = self._store
         failures = 0
         while not self._stop.is_set():
             try:
                 while self._publish:
-                    reason = self._publish.popleft()
-                    store.set(_STORE_REASON_KEY, reason)
-                    self._store_seen = int(store.add(_STORE_COUNT_KEY, 1))
-                count = int(store.add(_STORE_COUNT_KEY, 0))
-                if count > self._store_seen:
-                    self._store_seen = count
-                    asked = store.get(_STORE_REASON_KEY).decode(errors="replace")
+                    self._peers.publish(self._publish[0])
+                    self._publish.popleft()
+                for asked in self._peers.take():
                     self._request(f"requested by {asked}")
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the store's host may be gone
@@ -1181,7 +1186,7 @@ class FlightRecorder:
             if entry.work is not None:
                 self._watched.pop(id(entry.work), None)
         while self._requests:
-            self._safe_dump(self._requests.popleft())
+            self._serve_request(self._requests.popleft())
         self._stop.set()
         self._store_wake.set()
         self._wake()
@@ -1191,8 +1196,7 @@ class FlightRecorder:
         if self._store is not None:
             with contextlib.suppress(Exception):
                 while self._publish:
-                    self._store.set(_STORE_REASON_KEY, self._publish.popleft())
-                    self._store.add(_STORE_COUNT_KEY, 1)
+                    self._peers.publish(self._publish.popleft())
         self._remove_signal()
         if self._tap is not None:
             self._tap.close()  # no wake-up byte from now on: the pipe's fd number may be reused at once
@@ -1215,6 +1219,51 @@ class FlightRecorder:
         state = "closed" if self._closed else f"{len(self._boxes)} group(s)"
         return (f"FlightRecorder(rank={self._rank}, capacity={self.capacity}, capture={self._mechanism!r}, "
                 f"core={self.core!r}, {state})")
+
+
+class _PeerRequests:
+    """Dump requests shared by the recorders on one store: numbered, each reason under its own key.
+
+    ``publish(reason)`` is equivalent to::
+
+        n = store.add(COUNT, 1)            # this request's number
+        store.set(REQUEST + str(n), reason)
+
+    ``take()`` yields the reasons of the requests other recorders published since
+    the last ``take()``, in number order (a recorder is never asked by its own
+    request).  A request whose number is taken but whose reason is not on the store
+    yet (its publisher is between the two steps) ends the list; the next ``take()``
+    looks again, and serves it as :data:`UNKNOWN` if the reason is still missing.
+    """
+
+    UNKNOWN = "a peer (its reason never reached the store)"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.seen = int(store.add(_STORE_COUNT_KEY, 0))  # requests before this recorder are not for it
+        self.own: Set[int] = set()
+        self.late: Optional[int] = None
+
+    def publish(self, reason: str) -> None:
+        number = int(self.store.add(_STORE_COUNT_KEY, 1))
+        self.own.add(number)
+        self.store.set(f"{_STORE_REQUEST_KEY}{number}", reason)
+
+    def take(self) -> Iterator[str]:
+        count = int(self.store.add(_STORE_COUNT_KEY, 0))
+        while self.seen < count:
+            number = self.seen + 1
+            key = f"{_STORE_REQUEST_KEY}{number}"
+            if number in self.own:
+                self.own.discard(number)
+            elif self.store.check([key]):
+                yield self.store.get(key).decode(errors="replace")
+            elif self.late != number:
+                self.late = number
+                return
+            else:
+                yield self.UNKNOWN
+            self.seen = number
 
 
 # --- process-wide helpers -------------------------------------------------------

@@ -583,6 +583,58 @@ def test_store_carries_dump_requests_to_peers(core, tmp_path):
         ranks.close()
 
 
+def test_peer_requests_are_each_served_in_order_and_never_to_their_publisher():
+    store = dist.HashStore()
+    store.add(fr._STORE_COUNT_KEY, 3)  # requests from before these recorders are not for them
+    a, b, c = (fr._PeerRequests(store) for _ in range(3))
+    a.publish("rank 0: A")
+    b.publish("rank 1: B")
+    a.publish("rank 0: C")  # three requests between two looks: none is lost or read twice
+    assert list(c.take()) == ["rank 0: A", "rank 1: B", "rank 0: C"]
+    assert list(a.take()) == ["rank 1: B"]
+    assert list(b.take()) == ["rank 0: A", "rank 0: C"]
+    assert list(a.take()) == list(b.take()) == list(c.take()) == []
+
+
+def test_a_peer_request_whose_reason_is_late_is_served_at_the_next_look():
+    store = dist.HashStore()
+    reader = fr._PeerRequests(store)
+    number = store.add(fr._STORE_COUNT_KEY, 1)  # a publisher between its two steps
+    publisher_after = fr._PeerRequests(store)
+    publisher_after.publish("rank 2: after")
+    assert list(reader.take()) == []  # it waits for the reason rather than skip the request
+    store.set(f"{fr._STORE_REQUEST_KEY}{number}", "rank 1: late")
+    assert list(reader.take()) == ["rank 1: late", "rank 2: after"]
+    store.add(fr._STORE_COUNT_KEY, 1)  # a publisher that died between its two steps
+    assert list(reader.take()) == []
+    assert list(reader.take()) == [fr._PeerRequests.UNKNOWN]  # still a request: served without its reason
+    assert list(reader.take()) == []
+
+
+def test_a_requested_dump_keeps_the_ranks_own_timeout_reason(core, tmp_path):
+    """Rank 0 times out and asks rank 1; then rank 1 times out and asks rank 0: rank 0's
+    last file is rank 1's request, and still says why rank 0 dumped on its own."""
+    ranks = SimulatedRanks(2, tmp_path, store=dist.HashStore(), timeout=0.2, poll_interval=0.05, core=core)
+    rec0, rec1 = ranks.recorders
+    try:
+        rec0._calls[id(ranks.groups[0])].begin("BROADCAST", [torch.ones(3)], [], 0)  # never returns
+        wait_for(lambda: rec0.dumps and rec1.dumps, 10, "rank 0's timeout dump and rank 1's requested dump")
+        own0 = "timeout: broadcast (seq 1) in group 'world' on rank 0 unfinished after "
+        reasons = {r: d.reason for r, d in fr_analysis.load_dumps(tmp_path).items()}
+        assert reasons[0].startswith(own0) and reasons[1].startswith("requested by rank 0: " + own0), reasons
+        rec1._calls[id(ranks.groups[1])].begin("BROADCAST", [torch.ones(3)], [], 0)
+        wait_for(lambda: len(rec0.dumps) == 2 and len(rec1.dumps) == 2, 10, "rank 1's timeout dump, rank 0's requested")
+        time.sleep(0.3)  # nothing more: a requested dump does not ask again
+        assert (len(rec0.dumps), len(rec1.dumps)) == (2, 2)
+        reasons = {r: d.reason for r, d in fr_analysis.load_dumps(tmp_path).items()}
+        own1 = "timeout: broadcast (seq 1) in group 'world' on rank 1 unfinished after "
+        assert reasons[1].startswith(own1) and "requested" not in reasons[1], reasons
+        first, then = reasons[0].split("; then ")
+        assert first.startswith(own0) and then.startswith("requested by rank 1: " + own1), reasons
+    finally:
+        ranks.close()
+
+
 def test_dump_all_dumps_every_recorder_of_the_process(core, tmp_path):
     ranks = SimulatedRanks(2, tmp_path, core=core)
     try:

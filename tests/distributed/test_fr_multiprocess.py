@@ -87,8 +87,11 @@ def hang_run(request, tmp_path_factory):
 def test_hang_dumps_on_timeout_and_asks_the_missing_rank(hang_run):
     reasons = _reasons(hang_run)
     assert sorted(reasons) == [0, 1, 2]
-    waiting = [reasons[0], reasons[1]]
-    assert any(r.startswith("timeout: all_reduce (seq 5) in group '0'") for r in waiting), reasons
+    # each waiting rank dumps on its own timeout, or on the other's request if that came first
+    # (then it may stop before its own timeout); a later request keeps the rank's own reason first
+    own = {r: f"timeout: all_reduce (seq 5) in group '0' on rank {r} unfinished after " for r in (0, 1)}
+    assert all(reasons[r].startswith((own[r], f"requested by rank {1 - r}: {own[1 - r]}")) for r in (0, 1)), reasons
+    assert any(reasons[r].startswith(own[r]) for r in (0, 1)), reasons
     # rank 2 was not in any collective: only a peer's request through the store made it dump
     assert reasons[2].startswith("requested by rank ") and "timeout: all_reduce (seq 5)" in reasons[2]
 
