@@ -302,6 +302,30 @@ def inductor_cpp_vec_narrowing() -> bool:
 
 
 @_probe
+def inductor_realize_on_reuse() -> bool:
+    """Inductor asks ``StorageBox.should_realize_on_reuse(users, *, graph_reuse)`` whether to store a reused value.
+
+    Also: the value's ``inner_fn_opcount().used_ops`` names its ops, and ``ir.is_cpu`` tells its device.
+    """
+    try:
+        from torch._inductor import ir
+    except Exception:  # noqa: BLE001 - no Inductor here
+        return False
+    box = getattr(ir, "StorageBox", None)
+    method = None if box is None else box.__dict__.get("should_realize_on_reuse")
+    pointwise = getattr(ir, "Pointwise", None)
+    if not callable(method) or pointwise is None or not callable(getattr(ir, "is_cpu", None)):
+        return False
+    params = inspect.signature(method).parameters
+    return (
+        list(params) == ["self", "users", "graph_reuse"]
+        and params["graph_reuse"].kind is inspect.Parameter.KEYWORD_ONLY
+        and callable(getattr(pointwise, "inner_fn_opcount", None))
+        and "used_ops" in inspect.getsource(box.__dict__["should_realize_on_reuse"])
+    )
+
+
+@_probe
 def inductor_custom_pass_lists() -> bool:
     """Inductor takes a list of CustomGraphPass objects as its post-grad pass, each one's uuid in its cache key."""
     try:

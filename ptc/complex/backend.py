@@ -13,14 +13,16 @@
    their compile: ``cpp.enable_tiling_heuristics=False`` so transcendental-heavy
    kernels that read interleaved (stride-2) memory are vectorised
    (``vectorize=False`` never patches; see :func:`wants_vectorization`);
-4. while a graph compiles, four changes to Inductor's C++ vector code
+4. while a graph compiles, five changes to Inductor's CPU code
    (:mod:`ptc.complex.codegen`): bitcasts are register casts
    (:func:`~ptc.complex.codegen.vector_bitcasts`; complex64 is read and written
    through each element's int64 bits), full-width integer loads read directly
    (:func:`~ptc.complex.codegen.full_width_loads`), float32 ``sin``, ``cos``
    and ``hypot`` are inline (:func:`~ptc.complex.codegen.vector_math`), and on
    AVX2 the int64 -> int32 narrowing that takes each half is two shuffles
-   (:func:`~ptc.complex.codegen.narrowing_shuffles`).
+   (:func:`~ptc.complex.codegen.narrowing_shuffles`); a reused value computed
+   with ``sin`` or ``cos`` (a phase broadcast over a batch) is stored once
+   rather than recomputed for every reader (:func:`~ptc.complex.codegen.trig_reuse`).
 
 A Dynamo graph that is *library-bound* (complex values, at least one library
 kernel: GEMM/GEMV, FFT, linalg; and at most one other op that computes, e.g.
@@ -56,6 +58,7 @@ from ptc.complex.codegen import (
     full_width_loads,
     narrowing_shuffles,
     sources_digest,
+    trig_reuse,
     vector_bitcasts,
     vector_math,
 )
@@ -288,7 +291,8 @@ class ComplexBackend:
             full_width_loads() as loads,
             vector_math() as inline_math,
             narrowing_shuffles() as narrowing,
-            cache_key(bitcasts=bitcasts, loads=loads, math=inline_math, narrowing=narrowing),
+            trig_reuse() as trig,
+            cache_key(bitcasts=bitcasts, loads=loads, math=inline_math, narrowing=narrowing, trig_reuse=trig),
         ):
             if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config

@@ -335,10 +335,12 @@ def test_tail_int64_loads_keep_their_count(gen):
         ("vector_math", "INDUCTOR_CPP_VEC_MATH", "CppVecOverrides", "hypot"),
         ("narrowing_shuffles", "INDUCTOR_CPP_VEC_NARROWING", "CppVecKernel", "get_to_dtype_expr"),
         ("narrowing_shuffles", "INDUCTOR_CPP_VEC_NARROWING", "CppVecOverrides", "bitwise_right_shift"),
+        ("trig_reuse", "INDUCTOR_REALIZE_ON_REUSE", "StorageBox", "should_realize_on_reuse"),
     ],
 )
 def test_codegen_override_is_scoped(override, probe, owner, attribute):
     """Each codegen override is in place only inside its block, and removed on error too."""
+    from torch._inductor import ir
     from torch._inductor.codegen import cpp as cpp_codegen
 
     from ptc import _compat
@@ -349,7 +351,7 @@ def test_codegen_override_is_scoped(override, probe, owner, attribute):
         with block() as active:
             assert active is False
         return
-    cls = getattr(cpp_codegen, owner)
+    cls = getattr(ir if owner == "StorageBox" else cpp_codegen, owner)
     before = cls.__dict__[attribute]
     with block() as active:
         assert active is True

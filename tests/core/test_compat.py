@@ -27,6 +27,7 @@ GROUND_TRUTH = {
         "INDUCTOR_CPP_VEC_LOAD_LINE": True,
         "INDUCTOR_CPP_VEC_MATH": True,
         "INDUCTOR_CPP_VEC_NARROWING": True,
+        "INDUCTOR_REALIZE_ON_REUSE": True,
         "INDUCTOR_CUSTOM_PASS_LISTS": True,
         # 2.13's NVGEMM imports cutlass_api (not on PyPI): unusable whatever is installed
         "NATIVE_NVGEMM": False,
@@ -54,6 +55,7 @@ GROUND_TRUTH = {
         "INDUCTOR_CPP_VEC_LOAD_LINE": True,
         "INDUCTOR_CPP_VEC_MATH": True,
         "INDUCTOR_CPP_VEC_NARROWING": True,
+        "INDUCTOR_REALIZE_ON_REUSE": True,
         "INDUCTOR_CUSTOM_PASS_LISTS": True,
         # 2.14.1's NVGEMM uses cutlass.operators: usable exactly when that package is installed
         "NATIVE_NVGEMM": lambda: importlib.util.find_spec("cutlass") is not None
