@@ -197,6 +197,14 @@ def _replaced(cls, name: str, replace) -> Iterator[bool]:
         setattr(cls, name, original)
 
 
+def _replaced_function(cls, name: str, wrap) -> contextlib.AbstractContextManager[bool]:
+    """:func:`_replaced` for a plain method: within the block ``cls.<name>`` is ``wrap(function)``.
+
+    Inherited, or not callable: left alone (yields False).
+    """
+    return _replaced(cls, name, lambda original: wrap(original) if callable(original) else None)
+
+
 def _replaced_staticmethod(cls, name: str, wrap) -> contextlib.AbstractContextManager[bool]:
     """:func:`_replaced` for a staticmethod: within the block ``cls.<name>`` calls ``wrap(function)``.
 
@@ -244,10 +252,7 @@ def full_width_loads() -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
     from torch._inductor.codegen import cpp as cpp_codegen
 
-    def replace(original):  # not a function: leave Inductor's code alone
-        return _direct_load_line(original) if callable(original) else None
-
-    return _replaced(cpp_codegen.CppVecKernel, "_get_vec_load_line", replace)
+    return _replaced_function(cpp_codegen.CppVecKernel, "_get_vec_load_line", _direct_load_line)
 
 
 #: |x| above which the inline sin/cos hand the whole vector to Inductor's own (Sleef's) functions
@@ -463,14 +468,13 @@ def narrowing_shuffles() -> Iterator[bool]:
 
     shifts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # kernel -> {shift expr: (a, b)}
 
-    def replace(original):  # not a function: leave Inductor's code alone
-        return _narrowing_expr(shifts, original) if callable(original) else None
-
     with (
         _replaced_staticmethod(
             cpp_codegen.CppVecOverrides, "bitwise_right_shift", functools.partial(_recording_shift, shifts)
         ),
-        _replaced(cpp_codegen.CppVecKernel, "get_to_dtype_expr", replace) as narrowing,
+        _replaced_function(
+            cpp_codegen.CppVecKernel, "get_to_dtype_expr", functools.partial(_narrowing_expr, shifts)
+        ) as narrowing,
     ):
         yield narrowing  # without the recording the narrowing is still two shuffles, just never fused
 
@@ -506,10 +510,7 @@ def trig_reuse() -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
     from torch._inductor import ir
 
-    def replace(original):  # not a function: leave Inductor's heuristic alone
-        return _realize_trig_on_reuse(original) if callable(original) else None
-
-    return _replaced(ir.StorageBox, "should_realize_on_reuse", replace)
+    return _replaced_function(ir.StorageBox, "should_realize_on_reuse", _realize_trig_on_reuse)
 
 
 @functools.lru_cache(maxsize=None)
