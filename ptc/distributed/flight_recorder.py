@@ -889,9 +889,13 @@ class FlightRecorder:
         # Taking the snapshot may itself find the overdue call failed and dump for that
         # failure; this timeout dump then has nothing to add and must not replace it.
         superseded = (lambda: "failure" in done) if cause == "timeout" else None
+        # Named before the file is written: a request served meanwhile (close() serves them on
+        # the caller's thread) must not replace this dump without its reason.
+        previous, self._own_reason = self._own_reason, reason
         if self._write_dump(reason, unless=superseded) is None:
+            if self._own_reason == reason:  # not replaced by the failure that superseded it
+                self._own_reason = previous
             return
-        self._own_reason = reason
         if self._store is not None:
             self._publish.append(f"rank {self._rank}: {reason}")
             self._store_wake.set()

@@ -519,18 +519,22 @@ class _FailsWhenLookedAtLate:
 
 
 def test_a_failure_found_while_dumping_a_timeout_is_not_overwritten(tmp_path):
-    ranks = SimulatedRanks(1, tmp_path, timeout=0.2, poll_interval=0.05, core="python")  # a stand-in Work
-    rec = ranks.recorders[0]
+    ranks = SimulatedRanks(2, tmp_path, store=dist.HashStore(), timeout=0.2, poll_interval=0.05, core="python")
+    rec, peer = ranks.recorders
     try:
         calls = rec._calls[id(ranks.groups[0])]
-        work = _FailsWhenLookedAtLate()
+        work = _FailsWhenLookedAtLate()  # a stand-in Work
         work.entry = calls.begin("ALLREDUCE", [torch.ones(3)], [], -1)
         calls.started(work.entry, work)
-        wait_for(lambda: rec.dumps, 10, "a dump")
+        wait_for(lambda: rec.dumps and peer.dumps, 10, "a dump and the peer's")
         time.sleep(0.2)
-        (dump,) = fr_analysis.load_dumps(tmp_path).values()
-        assert dump.reason.startswith("failure: all_reduce (seq 1) in group 'world' on rank 0 failed: RuntimeError: Timed out")
+        failure = "failure: all_reduce (seq 1) in group 'world' on rank 0 failed: RuntimeError: Timed out"
+        assert fr_analysis.load_dumps(tmp_path)[0].reason.startswith(failure)
         assert len(rec.dumps) == 1
+        peer.request_peer_dumps("operator asked")  # the failure, not the superseded timeout, stays first
+        wait_for(lambda: len(rec.dumps) == 2, 10, "the requested dump")
+        first, then = fr_analysis.load_dumps(tmp_path)[0].reason.split("; then ")
+        assert first.startswith(failure) and then == "requested by rank 1: operator asked"
     finally:
         ranks.close()
 
