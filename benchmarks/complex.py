@@ -37,6 +37,7 @@ import torch
 
 import ptc.complex as pc
 from ptc import _compat
+from ptc.complex.demo import sample_ms
 
 GOALS = {"a": 20.0, "b": 0.95, "c": 0.8, "d": 0.95, "e": 2.5, "f": 2.0}
 
@@ -189,17 +190,6 @@ def rel_err(out, ref):
     return worst
 
 
-def time_round(run, args, sample_ms, clock=time.perf_counter):
-    """ms per call for one sample: repeat calls until at least ``sample_ms`` have passed on ``clock``."""
-    calls, start = 0, clock()
-    while True:
-        run(*args)
-        calls += 1
-        elapsed = clock() - start
-        if elapsed * 1e3 >= sample_ms:
-            return elapsed * 1e3 / calls
-
-
 # --- main -------------------------------------------------------------------
 
 
@@ -258,7 +248,7 @@ def main(argv=None):
         best = {m: math.inf for m in runs}
         for _ in range(ns.rounds):
             for mode, run in runs.items():
-                best[mode] = min(best[mode], time_round(run, args, ns.sample_ms, clock))
+                best[mode] = min(best[mode], sample_ms(run, args, ns.sample_ms, clock))
         eager = best.get("eager", math.nan)
         print(f"\n({name}) {title}")
         for mode in modes:

@@ -321,7 +321,7 @@ def inductor_realize_on_reuse() -> bool:
         list(params) == ["self", "users", "graph_reuse"]
         and params["graph_reuse"].kind is inspect.Parameter.KEYWORD_ONLY
         and callable(getattr(pointwise, "inner_fn_opcount", None))
-        and "used_ops" in inspect.getsource(box.__dict__["should_realize_on_reuse"])
+        and "used_ops" in inspect.getsource(method)
     )
 
 

@@ -47,21 +47,25 @@ class Row:
     fallbacks: List[str] = dataclasses.field(default_factory=list)
 
 
-def _sample_ms(fn, args, budget_s: float) -> float:
-    calls, start = 0, time.perf_counter()
+def sample_ms(run, args, budget_ms: float, clock=time.perf_counter) -> float:
+    """ms per call for one sample: ``run(*args)`` repeated until at least ``budget_ms`` have passed on ``clock``.
+
+    (``benchmarks/complex.py`` times its rounds with this too.)
+    """
+    calls, start = 0, clock()
     while True:
-        fn(*args)
+        run(*args)
         calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= budget_s:
-            return elapsed / calls * 1e3
+        elapsed = clock() - start
+        if elapsed * 1e3 >= budget_ms:
+            return elapsed * 1e3 / calls
 
 
-def compare(fn, args, *, rounds: int = 5, budget_s: float = 0.05) -> List[Row]:
+def compare(fn, args, *, rounds: int = 5, budget_ms: float = 50.0) -> List[Row]:
     """Eager, stock ``torch.compile`` and ptc on ``fn(*args)`` (which returns a tuple of tensors).
 
     Each compiled version is built and checked against eager first; then the three are
-    timed in ``rounds`` interleaved rounds (samples of at least ``budget_s`` seconds each)
+    timed in ``rounds`` interleaved rounds (samples of at least ``budget_ms`` each, :func:`sample_ms`)
     and each row keeps its fastest sample, so a passing disturbance of the machine does
     not decide the comparison.
     """
@@ -79,7 +83,7 @@ def compare(fn, args, *, rounds: int = 5, budget_s: float = 0.05) -> List[Row]:
     best = [math.inf] * len(runs)
     for _ in range(rounds):
         for i, run in enumerate(runs):
-            best[i] = min(best[i], _sample_ms(run, args, budget_s))
+            best[i] = min(best[i], sample_ms(run, args, budget_ms))
     for row, ms in zip(rows, best):
         row.ms = ms
     return rows

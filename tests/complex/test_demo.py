@@ -18,7 +18,7 @@ def _check(rows, tol):
 def test_demo_fft_filter_and_quantum_step_run_fused_and_match_eager():
     torch.manual_seed(0)
     x, cutoff = torch.randn(4, 256), torch.tensor(30.0)
-    rows = demo.compare(lambda x, c: (demo.fft_lowpass(x, c),), (x, cutoff), rounds=1, budget_s=0.001)
+    rows = demo.compare(lambda x, c: (demo.fft_lowpass(x, c),), (x, cutoff), rounds=1, budget_ms=1.0)
     _check(rows, 1e-5)
-    rows = demo.compare(demo.quantum_step, demo.quantum_args(16), rounds=1, budget_s=0.001)
+    rows = demo.compare(demo.quantum_step, demo.quantum_args(16), rounds=1, budget_ms=1.0)
     _check(rows, 1e-5)
