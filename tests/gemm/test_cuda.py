@@ -36,13 +36,32 @@ def test_every_selected_candidate_matches_matmul():
 
 
 def test_enable_in_max_autotune_on_gpu():
+    """A plain GEMM gets CuTeDSL candidates with finite times; a GEMM + epilogue chain gets fused
+    candidates on Blackwell and, on Hopper (no EFC kernels for sm_90a), a note saying why not.
+    CPU twin: test_inductor.py::test_on_hopper_a_chain_says_why_and_a_plain_gemm_still_competes."""
     _blackwell_or_hopper()
     x = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
-    f = lambda x, w, b: F.silu(F.linear(x, w, b))
+    plain = lambda x, w: x @ w.t()
+    chain = lambda x, w, b: F.silu(F.linear(x, w, b))
     with gemm.enable() as s:
-        out, _ = compile_and_run(f, x, w, b)
-    torch.testing.assert_close(out.float(), f(x, w, b).float(), rtol=3e-2, atol=3e-1)
-    timings = [t for r in s.reports for n, t in r.timings_us.items() if n.startswith("ptc_nvgemm")]
-    assert timings and any(t != float("inf") for t in timings)
+        out, _ = compile_and_run(plain, x, w)
+        seen = _seen(s)
+        torch.testing.assert_close(out.float(), plain(x, w).float(), rtol=3e-2, atol=3e-1)
+        timings = [t for r in s.reports for n, t in r.timings_us.items() if n.startswith("ptc_nvgemm")]
+        assert timings and any(t != float("inf") for t in timings), seen
+        s.reports.clear()
+        out, _ = compile_and_run(chain, x, w, b)
+        seen = _seen(s)
+    torch.testing.assert_close(out.float(), chain(x, w, b).float(), rtol=3e-2, atol=3e-1)
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert any("no epilogue-fusion kernels for sm_90a" in r.note for r in s.reports), seen
+    else:
+        fused = [t for r in s.reports if r.op == "mm+epilogue" for n, t in r.timings_us.items() if n.startswith("ptc_nvgemm")]
+        assert fused and any(t != float("inf") for t in fused), seen
+
+
+def _seen(session):
+    """What each autotuned op got, for the failure message."""
+    return [(r.op, r.note, sorted(r.timings_us)) for r in session.reports]

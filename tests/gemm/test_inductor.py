@@ -300,3 +300,21 @@ def test_a_kernel_never_runs_without_the_epilogue_its_operands_need(call):
             s = torch.ones(1)
             runtime.ptc_nvgemm_scaled_mm(a, b, s, s, out=out, operator="op", arch="90a", source=None, names="scale_a,scale_b")
     assert launched == []
+
+
+def test_on_hopper_a_chain_says_why_and_a_plain_gemm_still_competes():
+    """cutlass.operators 0.3.0 has no epilogue-fusion kernels for sm_90a: a GEMM + bias + silu gets
+    no ptc candidate there (neither fused nor as addmm) and each op's report says why; a plain
+    GEMM still gets its CuTeDSL candidates. (The GPU test of the same rule: test_cuda.py.)"""
+    x, w, b = X[0], W, BIAS
+    with session(target="H200_SXM") as s:
+        out, code = compile_and_run(lambda x, w, b: F.silu(F.linear(x, w, b)), x, w, b)
+        chain = list(s.reports)
+        s.reports.clear()
+        compile_and_run(lambda x, w: x @ w.t(), x, w)
+    torch.testing.assert_close(out, F.silu(F.linear(x, w, b)), rtol=2e-2, atol=2e-2)
+    assert "ptc_nvgemm" not in code
+    assert chain and all("no epilogue-fusion kernels for sm_90a" in r.note for r in chain)
+    assert not [n for r in chain for n in r.timings_us if n.startswith("ptc_nvgemm")]
+    (mm,) = s.reports
+    assert mm.op == "mm" and not mm.note and len([n for n in mm.timings_us if n.startswith("ptc_nvgemm")]) > 0
