@@ -62,7 +62,7 @@ def test_capability_line():
 
 @pytest.mark.slow
 def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
-    """benchmarks/gemm.py --dry-run: imports and plans on a CPU (the GPU run is the same script)."""
+    """benchmarks/gemm.py --dry-run: plans every case and runs one through the benchmark on a CPU."""
     import importlib.util
     import json
     from pathlib import Path
@@ -75,3 +75,8 @@ def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert len(plan) == 24 and all(len(v) == 8 for v in plan.values())
     assert "dry run: 24 cases planned for B200" in (tmp_path / "log.txt").read_text()
+    # the benchmark's own code ran on one small case, every column (kernels cannot launch: ATen kept)
+    (row,) = json.loads((tmp_path / "results.json").read_text())["bench"]
+    assert row["case"] == "m16n64k64+bias,silu" and row["aten"] > 0 and row["ptc"] > 0 and row["inductor"] > 0
+    assert row["ptc_direct_choice"] == "aten+epilogue" and row["cutedsl_best"] is None
+    assert "mm+epilogue: ptc_reference_mm" in row["ptc_choice"]  # B200 fuses; the launch failed, ATen's GEMM won
