@@ -24,7 +24,9 @@ time budget and skipped cases are marked, never silently dropped.
    - ``ptc direct``: the fastest of ATen and every selected CuTeDSL kernel, each
      called directly and timed alone (host overhead included; fused EFC kernels
      for the epilogue cases, kept only if they beat ATen's GEMM alone).
-   - ``best CuTeDSL``: the fastest CuTeDSL kernel, kept or not.
+   - ``best CuTeDSL``: the fastest CuTeDSL kernel, kept or not, with the host
+     time its call takes to issue (``cutedsl_host_us``: a slow launch path shows
+     here, not in the kernel).
    - ``inductor``: ``torch.compile(mode="max-autotune-no-cudagraphs")`` (ATen + Triton).
    - ``nvgemm``: the same with torch's own NVGEMM backend, where this torch has it.
 
@@ -222,9 +224,7 @@ def benchmark(target, log, budget_s, have_ptc, *, shapes=None, dev="cuda", timer
         row["aten"] = timer(lambda: f(x, w, b))
         aten_gemm = timer(lambda: x @ w.t()) if epi else row["aten"]
         if have_ptc:
-            (row["ptc_direct"], row["ptc_direct_choice"]), (best, label) = ptc_pick(
-                target, x, w, b, epi, row["aten"], aten_gemm, timer)
-            row["cutedsl_best"], row["cutedsl_best_label"] = (best if math.isfinite(best) else None), label
+            row.update(ptc_pick(target, x, w, b, epi, row["aten"], aten_gemm, timer))
         for mode in ("ptc", "inductor", "nvgemm"):
             if mode == "ptc" and not have_ptc:
                 row[mode], row["ptc_note"] = None, "cutlass packages absent"
@@ -242,6 +242,7 @@ def benchmark(target, log, budget_s, have_ptc, *, shapes=None, dev="cuda", timer
         rows.append(row)
         ratios = {c: row["aten"] / row[c] for c in ("ptc", "ptc_direct", "cutedsl_best", "inductor", "nvgemm") if row.get(c)}
         log(f"bench {key:28} aten {row['aten']*1000:8.1f} us  " + "  ".join(f"{c} {r:5.2f}x" for c, r in ratios.items())
+            + (f"  (best CuTeDSL call: {row['cutedsl_host_us']:.1f} us of host time)" if row.get("cutedsl_host_us") else "")
             + (f"  [ptc: {row.get('ptc_choice') or row.get('ptc_note')}]" if have_ptc else ""))
     return rows
 
@@ -274,9 +275,11 @@ def compiled_time(mode, f, args, target, timer):
     return timer(lambda: g(*args)), None
 
 
-def ptc_pick(target, x, w, b, epi, aten_total, aten_gemm, timer=time_cuda):
-    """Time every selected CuTeDSL kernel called directly; return (what ptc's autotuner would keep
-    from these times, the fastest CuTeDSL kernel). Each call is timed alone, so host overhead counts."""
+def ptc_pick(target, x, w, b, epi, aten_total, aten_gemm, timer=time_cuda) -> dict:
+    """Time every selected CuTeDSL kernel called directly (each call timed alone, so host overhead
+    counts). Returns the row's ``ptc_direct`` (what ptc's autotuner would keep from these times) and
+    ``cutedsl_best`` columns, and ``cutedsl_host_us``: the host time the fastest kernel's call takes
+    to issue (launches are asynchronous), which tells a slow kernel from a slow launch path."""
     import ptc.gemm as gemm
     from ptc.gemm import runtime
 
@@ -284,26 +287,43 @@ def ptc_pick(target, x, w, b, epi, aten_total, aten_gemm, timer=time_cuda):
     n = w.shape[0]
     p = gemm.plan(gemm.GemmProblem("mm", m, n, k), target, epi or None)
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    best, best_name = math.inf, None
+    best, best_name, best_fn = math.inf, None, None
     for c in p.selected:
+        if epi and p.fusion.fused:
+            fn = (lambda c=c: runtime.ptc_nvgemm_fused(x, w.t(), b, out=out, operator=c.name, arch=target.arch,
+                                                      source=p.fusion.source, names="bias"))
+        elif epi:
+            continue
+        else:
+            fn = (lambda c=c: runtime.ptc_nvgemm_mm(x, w.t(), out=out, operator=c.name, arch=target.arch))
         try:
-            if epi and p.fusion.fused:
-                fn = lambda: runtime.ptc_nvgemm_fused(x, w.t(), b, out=out, operator=c.name, arch=target.arch,
-                                                      source=p.fusion.source, names="bias")
-            elif epi:
-                continue
-            else:
-                fn = lambda: runtime.ptc_nvgemm_mm(x, w.t(), out=out, operator=c.name, arch=target.arch)
             t = timer(fn, reps=20, warmup=2)
         except Exception:  # noqa: BLE001 - scored inf, exactly as in the autotuner
             t = math.inf
         if t < best:
-            best, best_name = t, c.label
-    cutedsl = (best, best_name)  # the fastest CuTeDSL kernel, kept or not
-    if epi:
-        # fused kernels compete against ATen's GEMM alone; else the chain runs unfused
-        return ((best, best_name) if best < aten_gemm else (aten_total, "aten+epilogue")), cutedsl
-    return ((best, best_name) if best < aten_total else (aten_total, "aten")), cutedsl
+            best, best_name, best_fn = t, c.label, fn
+    row = {"cutedsl_best": best if math.isfinite(best) else None, "cutedsl_best_label": best_name,
+           "cutedsl_host_us": host_us(best_fn, x.device) if best_fn is not None else None}
+    # fused kernels compete against ATen's GEMM alone (else the chain runs unfused); plain ones against ATen
+    if best < (aten_gemm if epi else aten_total):
+        row["ptc_direct"], row["ptc_direct_choice"] = best, best_name
+    else:
+        row["ptc_direct"], row["ptc_direct_choice"] = aten_total, "aten+epilogue" if epi else "aten"
+    return row
+
+
+def host_us(fn, device, calls=20) -> float:
+    """Microseconds of host time per call of ``fn``, calls issued back to back, then synchronised."""
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t) / calls * 1e6
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return host
 
 
 def summarize(rows, results, out: Path, meta):
@@ -317,9 +337,13 @@ def summarize(rows, results, out: Path, meta):
         v = row.get(col)
         return f"{row['aten'] / v:.3f}x" if v else (row.get(f"{col}_note") or "n/a")
 
+    def host(row):
+        us = row.get("cutedsl_host_us")
+        return f" (call issued in {us:.0f} us)" if us else ""
+
     for row in rows:
         lines.append(f"| {row['case']} | {row['aten']*1000:.1f} | {ratio(row, 'ptc')} | {ratio(row, 'ptc_direct')} | "
-                     f"{ratio(row, 'cutedsl_best')} | {ratio(row, 'inductor')} | {ratio(row, 'nvgemm')} | "
+                     f"{ratio(row, 'cutedsl_best')}{host(row)} | {ratio(row, 'inductor')} | {ratio(row, 'nvgemm')} | "
                      f"{row.get('ptc_choice') or row.get('ptc_direct_choice', '-')} |")
     goal = {}
     for epi in EPILOGUES:

@@ -20,6 +20,10 @@ Runs, each step with a bounded time and all of them within ``--deadline-s``:
 and writes OUT/summary.md with each step's exit status and time. Exit status 0
 only if every step passed and a GPU was present (so a CPU-only run cannot be
 mistaken for a GPU check). Written for an NVIDIA Hopper (or newer) machine.
+
+On a GPU machine without a package registry, carry ptc.gemm's CuTeDSL packages
+there first with ``benchmarks/gpu_carry.py`` (two calls under 64 MiB each); the
+gemm steps report them absent otherwise.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`ptc gemm explain` and `ptc demo gemm` as a user runs them (in-process)."""
 
 import pytest
+import torch
 
 from ptc import cli
 from ptc.gemm import AutotuneDB, Key, plan, GemmProblem
@@ -60,17 +61,23 @@ def test_capability_line():
     assert capability("gemm").startswith("enable(): CuTeDSL mm/addmm/bmm candidates")
 
 
-@pytest.mark.slow
-def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
-    """benchmarks/gemm.py --dry-run: plans every case and runs one through the benchmark on a CPU."""
+def _gemm_benchmark():
     import importlib.util
-    import json
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "gemm.py"
     spec = importlib.util.spec_from_file_location("ptc_bench_gemm", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
+    """benchmarks/gemm.py --dry-run: plans every case and runs one through the benchmark on a CPU."""
+    import json
+
+    bench = _gemm_benchmark()
     assert bench.main([str(tmp_path), "--dry-run", "--target", "B200"]) == 0
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert len(plan) == 24 and all(len(v) == 8 for v in plan.values())
@@ -80,3 +87,35 @@ def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
     assert row["case"] == "m16n64k64+bias,silu" and row["aten"] > 0 and row["ptc"] > 0 and row["inductor"] > 0
     assert row["ptc_direct_choice"] == "aten+epilogue" and row["cutedsl_best"] is None
     assert "mm+epilogue: ptc_reference_mm" in row["ptc_choice"]  # B200 fuses; the launch failed, ATen's GEMM won
+
+
+@pytest.mark.parametrize("epi", ["", "bias,silu"])
+def test_gpu_benchmark_direct_pick_keeps_aten_unless_a_kernel_beats_it(epi):
+    """The benchmark's 'ptc direct' column: the fastest CuTeDSL kernel is kept only if it beats ATen
+    (ATen's GEMM alone for a fused epilogue); the host time of its call is recorded. Launches go to
+    a CPU stand-in; the timer is injected (kernel i takes 1 + i ms)."""
+    from ptc.gemm import runtime
+    from ptc.gemm.targets import target
+
+    bench = _gemm_benchmark()
+    x, w, b = torch.randn(16, 64).bfloat16(), torch.randn(48, 64).bfloat16(), torch.randn(48).bfloat16()
+    calls = []
+
+    def launch(operator, arch, a, b_, out, source, operands):
+        calls.append(operator)
+        out.copy_(a @ b_)
+
+    def timer(fn, reps=20, warmup=2):
+        fn()
+        return 1.0 + len(set(calls)) - 1
+
+    with runtime.launcher(launch):
+        slow_aten = bench.ptc_pick(target("B200"), x, w, b, epi, aten_total=9.0, aten_gemm=9.0, timer=timer)
+        calls.clear()
+        # with an epilogue, ATen's GEMM alone (0.5) is what a fused kernel must beat, not the whole chain (9.0)
+        aten_total = 9.0 if epi else 0.5
+        fast_aten = bench.ptc_pick(target("B200"), x, w, b, epi, aten_total=aten_total, aten_gemm=0.5, timer=timer)
+    assert slow_aten["cutedsl_best"] == 1.0 and slow_aten["ptc_direct"] == 1.0
+    assert slow_aten["ptc_direct_choice"] == slow_aten["cutedsl_best_label"] and slow_aten["cutedsl_host_us"] > 0
+    assert fast_aten["ptc_direct"] == aten_total and fast_aten["ptc_direct_choice"] == ("aten+epilogue" if epi else "aten")
+    assert fast_aten["cutedsl_best"] == 1.0  # the fastest kernel is still reported
