@@ -24,7 +24,14 @@ their native helpers) for the target Python, unzips them into one directory
 ``.pth`` files (PYTHONPATH alone skips them, and cutlass-dsl finds its
 ``dsl_packages`` through one), and packs it: part 1 holds the files over
 ``--big-mb`` (the 193 MB MLIR extension: ~48 MiB packed), part 2 the rest
-(~21 MiB), so each call stays under the limit with the working tree beside it.
+(~18 MiB), so each call stays under the limit with the working tree beside it.
+
+The packages' other requirements (cuda-bindings, networkx, protobuf,
+typing-extensions) are not carried: the GPU machine's torch image has them (the
+same set of packages ran on the lent H200 before). Checked here with a Python 3.11
+/ CUDA 12 bundle: unpacked into a fresh directory, cutlass.operators imports from
+it and ptc compiles a Hopper kernel to PTX (in a child process, so the .pth
+handling reaches children too).
 """
 
 from __future__ import annotations
