@@ -13,6 +13,7 @@ from ptc.errors import (
     PtcValueError,
     SpecError,
     SpecViolation,
+    WrongResult,
 )
 
 __version__ = "0.1.0"
@@ -27,4 +28,5 @@ __all__ = [
     "PtcValueError",
     "SpecError",
     "SpecViolation",
+    "WrongResult",
 ]

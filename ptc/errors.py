@@ -19,6 +19,9 @@ type                   also a             raised when
 ``FeatureUnavailable`` ``RuntimeError``   a feature needs something this install
                                           lacks (a GPU, an optional package)
 ``PeerFailure``        ``RuntimeError``   distributed peers failed; ``.ranks`` names them
+``WrongResult``        ``RuntimeError``   a compiled kernel's result disagrees with
+                                          what it computes by definition; ptc
+                                          refuses the kernel
 =====================  =================  ===========================================
 """
 
@@ -36,6 +39,7 @@ __all__ = [
     "CaptureError",
     "FeatureUnavailable",
     "PeerFailure",
+    "WrongResult",
 ]
 
 
@@ -94,3 +98,12 @@ class PeerFailure(PtcError, RuntimeError):
         if detail:
             msg += f": {detail}"
         super().__init__(msg)
+
+
+class WrongResult(PtcError, RuntimeError):
+    """A compiled kernel's result disagrees with its definition (e.g. ``epilogue(a @ b)``).
+
+    ptc checks a kernel the first time it runs on a shape and refuses it from then on:
+    Inductor's autotuner scores the refused kernel as infinitely slow, and a call
+    outside autotuning raises instead of returning a wrong tensor.
+    """

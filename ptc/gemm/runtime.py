@@ -7,27 +7,39 @@ launch it on the current stream. Everything before the launch also runs on
 CPU; the launch needs a CUDA tensor and raises :class:`FeatureUnavailable`
 (a ``RuntimeError``, which Inductor's autotuner scores as an infinitely slow
 choice) where there is none.
+
+The first run of each kernel on each shape signature (and epilogue) is checked
+against its definition, ``epilogue(a @ b)`` computed in fp32 by ATen with the
+epilogue's own EVT source, before the result is used: a kernel that disagrees is
+refused from then on (:class:`ptc.WrongResult`, also a ``RuntimeError``), so the
+autotuner never picks it and a compiled graph that calls it raises instead of
+returning a wrong tensor. This covers picks that skip benchmarking too (a
+database winner, a graph from Inductor's cache).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from ptc.errors import FeatureUnavailable, PtcValueError
+from ptc.errors import FeatureUnavailable, PtcValueError, WrongResult
 
 __all__ = [
     "ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm", "ptc_nvgemm_fused",
-    "ptc_reference_mm", "launcher", "launch_cutlass",
+    "ptc_reference_mm", "launcher", "launch_cutlass", "check_result",
 ]
+
+log = logging.getLogger("ptc.gemm")
 
 _lock = threading.Lock()
 _ops: Dict[Tuple, object] = {}
 _artifacts: Dict[Tuple, object] = {}
 _templates: Dict[Tuple, object] = {}  # the first GemmArguments per key, rebound for later calls
+_verdicts: Dict[Tuple, str] = {}  # launch key -> "" (checked: right) or why the kernel was refused
 
 
 def _sig(*tensors) -> Tuple:
@@ -130,6 +142,61 @@ def rebind_arguments(template, a, b, out):
 
 _launcher: Callable = launch_cutlass
 
+#: a checked element passes when ``|out - ref| <= RTOL * |ref| + ATOL * max|ref|``: RTOL is 4x a
+#: bf16 rounding (fp16 and fp32 outputs round finer), ATOL covers values that cancel to near zero
+RTOL, ATOL = 2.0**-6, 2.0**-10
+
+_EVT_FUNCTIONS = {
+    "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "max": lambda x, dim: x.amax(dim=dim, keepdim=True), "min": lambda x, dim: x.amin(dim=dim, keepdim=True),
+}
+
+
+def reference(a, b, source: Optional[str], operands: dict) -> torch.Tensor:
+    """What a kernel computes by definition, in fp32: ``a @ b`` (batched for 3-D operands), then
+    the EVT function ``source`` (``def epilogue(accum, ...)``) run on it with ``operands``."""
+    acc = torch.matmul(a.float(), b.float())
+    if source is None:
+        return acc
+    scope: dict = dict(_EVT_FUNCTIONS)
+    exec(compile(source, "<ptc epilogue>", "exec"), scope)  # noqa: S102 - ptc's own generated source
+    d = scope["epilogue"](acc, **{k: v.float() for k, v in operands.items()})
+    return d[0] if isinstance(d, tuple) else d
+
+
+def check_result(operator: str, a, b, out, source: Optional[str], operands: dict) -> str:
+    """"" when ``out`` (what ``operator`` wrote) matches :func:`reference`, else why not."""
+    want = reference(a, b, source, operands)
+    got = out.float()
+    if got.shape != want.shape:
+        return f"{operator} wrote shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    scale = float(want.abs().max()) if want.numel() else 0.0
+    bad = ~((got - want).abs() <= RTOL * want.abs() + ATOL * scale) | (got.isnan() & ~want.isnan())
+    if not bool(bad.any()):
+        return ""
+    i = int(bad.reshape(-1).nonzero()[0])
+    return (f"{operator} disagrees with {'epilogue(a @ b)' if source else 'a @ b'} at {int(bad.sum())} of "
+            f"{bad.numel()} elements (first at flat index {i}: {got.reshape(-1)[i].item():.6g} vs "
+            f"{want.reshape(-1)[i].item():.6g}); refused for these shapes")
+
+
+def _launch(operator: str, arch: str, a, b, out, source: Optional[str], operands: dict) -> None:
+    """``_launcher`` for one call; the first call per kernel, shapes and epilogue is checked."""
+    key = (operator, arch, _sig(a, b, out, *operands.values()), source)
+    verdict = _verdicts.get(key)
+    if verdict:
+        raise WrongResult(verdict)
+    _launcher(operator, arch, a, b, out, source, operands)
+    if verdict is not None:
+        return
+    if out.is_cuda and torch.cuda.is_current_stream_capturing():
+        return  # a graph capture cannot read results: checked at the next call outside one
+    verdict = check_result(operator, a, b, out, source, operands)
+    _verdicts[key] = verdict
+    if verdict:
+        log.warning("ptc.gemm: %s", verdict)
+        raise WrongResult(verdict)
+
 
 def _require_epilogue(source: Optional[str], operands: dict, what: str) -> None:
     """A kernel without its epilogue would drop ``operands`` and return a wrong result."""
@@ -143,24 +210,27 @@ def _require_epilogue(source: Optional[str], operands: dict, what: str) -> None:
 @contextlib.contextmanager
 def launcher(fn: Callable):
     """Route ptc kernel launches to ``fn(operator, arch, a, b, out, epilogue_source, operands)``
-    inside the block (for tracing calls, or for exercising the dispatch on CPU)."""
-    global _launcher
+    inside the block (for tracing calls, or for exercising the dispatch on CPU). ``fn`` must
+    write ``out``: its first result per kernel and shapes is checked like a real launch's,
+    with verdicts of its own (dropped at the block's end)."""
+    global _launcher, _verdicts
     old, _launcher = _launcher, fn
+    old_verdicts, _verdicts = _verdicts, {}  # a verdict is about what this launcher ran
     try:
         yield
     finally:
-        _launcher = old
+        _launcher, _verdicts = old, old_verdicts
 
 
 def ptc_nvgemm_mm(a, b, *, out, operator: str, arch: str):
     """``out = a @ b`` with CuTeDSL operator ``operator`` (an Inductor extern kernel)."""
-    _launcher(operator, arch, a, b, out, None, {})
+    _launch(operator, arch, a, b, out, None, {})
     return out
 
 
 def ptc_nvgemm_bmm(a, b, *, out, operator: str, arch: str):
     """``out = torch.bmm(a, b)`` with CuTeDSL operator ``operator``."""
-    _launcher(operator, arch, a, b, out, None, {})
+    _launch(operator, arch, a, b, out, None, {})
     return out
 
 
@@ -174,7 +244,7 @@ def ptc_nvgemm_addmm(bias, a, b, *, out, operator: str, arch: str, source: str, 
     if name == "bias" and bias.dim() == 2:
         bias = bias[0]
     _require_epilogue(source, {name: bias}, "ptc_nvgemm_addmm")
-    _launcher(operator, arch, a, b, out, source, {name: bias})
+    _launch(operator, arch, a, b, out, source, {name: bias})
     return out
 
 
@@ -192,7 +262,7 @@ def ptc_nvgemm_fused(a, b, *operands, out, operator: str, arch: str, source: str
     for k, t in zip(keys, operands):
         ops[k] = t
     _require_epilogue(source, ops, "ptc_nvgemm_fused")
-    _launcher(operator, arch, a, b, out, source, ops)
+    _launch(operator, arch, a, b, out, source, ops)
     return out
 
 
@@ -215,5 +285,5 @@ def ptc_nvgemm_scaled_mm(a, b, scale_a, scale_b, *bias, out, operator: str, arch
         ops["bias"] = bias[0]
     keys = [k for k in names.split(",") if k]
     _require_epilogue(source, {k: ops[k] for k in keys}, "ptc_nvgemm_scaled_mm")
-    _launcher(operator, arch, a, b, out, source, {k: ops[k] for k in keys})
+    _launch(operator, arch, a, b, out, source, {k: ops[k] for k in keys})
     return out

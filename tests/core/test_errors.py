@@ -17,6 +17,7 @@ from ptc import errors
         (errors.CaptureError, RuntimeError),
         (errors.FeatureUnavailable, RuntimeError),
         (errors.PeerFailure, RuntimeError),
+        (errors.WrongResult, RuntimeError),
     ],
 )
 def test_each_error_is_a_ptc_error_and_its_builtin(exc, builtin):

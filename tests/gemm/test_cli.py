@@ -97,21 +97,21 @@ def test_gpu_benchmark_direct_pick_keeps_aten_unless_a_kernel_beats_it(epi):
     from ptc.gemm import runtime
     from ptc.gemm.targets import target
 
+    from ptc.gemm.epilogue import Epilogue
+
+    from .conftest import CpuLauncher
+
     bench = _gemm_benchmark()
     x, w, b = torch.randn(16, 64).bfloat16(), torch.randn(48, 64).bfloat16(), torch.randn(48).bfloat16()
-    calls = []
-
-    def launch(operator, arch, a, b_, out, source, operands):
-        calls.append(operator)
-        out.copy_(a @ b_)
+    launch = CpuLauncher(Epilogue.parse(epi) if epi else None)
 
     def timer(fn, reps=20, warmup=2):
         fn()
-        return 1.0 + len(set(calls)) - 1
+        return float(len({c[0] for c in launch.calls}))
 
     with runtime.launcher(launch):
         slow_aten = bench.ptc_pick(target("B200"), x, w, b, epi, aten_total=9.0, aten_gemm=9.0, timer=timer)
-        calls.clear()
+        launch.calls.clear()
         # with an epilogue, ATen's GEMM alone (0.5) is what a fused kernel must beat, not the whole chain (9.0)
         aten_total = 9.0 if epi else 0.5
         fast_aten = bench.ptc_pick(target("B200"), x, w, b, epi, aten_total=aten_total, aten_gemm=0.5, timer=timer)

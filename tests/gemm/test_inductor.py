@@ -318,3 +318,56 @@ def test_on_hopper_a_chain_says_why_and_a_plain_gemm_still_competes():
     assert not [n for r in chain for n in r.timings_us if n.startswith("ptc_nvgemm")]
     (mm,) = s.reports
     assert mm.op == "mm" and not mm.note and len([n for n in mm.timings_us if n.startswith("ptc_nvgemm")]) > 0
+
+
+def _run_then_time(rule):
+    """Like ``injected_timings``, but each choice really runs once (so ptc's first-run check
+    sees its result) before ``rule(name)`` gives its time."""
+    from torch._inductor import select_algorithm as sa
+
+    def fn(choices):
+        for c in choices:
+            real = c.benchmark
+
+            def benchmark(*args, out, real=real, name=c.name):
+                real(*args, out=out)
+                return rule(name)
+
+            c.benchmark = benchmark
+        return choices
+
+    return fn
+
+
+def test_a_fast_kernel_with_a_wrong_result_never_wins_and_a_pinned_one_raises(tmp_path):
+    """ptc checks a kernel's first result against a @ b (epilogue included): a wrong kernel
+    scores inf however fast it is, and one pinned by the database raises instead of returning
+    a wrong tensor."""
+    from torch._inductor import select_algorithm as sa
+
+    from ptc import WrongResult
+
+    def doubled(operator, arch, a, b, out, source, operands):  # e.g. a wrong scale in the kernel
+        out.copy_((a.float() @ b.float() * 2).to(out.dtype))
+
+    path = tmp_path / "gemm.json"
+    hook = _run_then_time(ptc_fastest)
+    with session(db=str(path)) as s, runtime.launcher(doubled):
+        sa.add_preprocessing_fn(hook)
+        try:
+            out, code = compile_and_run(lambda a, b: a @ b, A, B)
+        finally:
+            sa.get_algorithm_selector_cache().preprocessing_fns.remove(hook)
+    torch.testing.assert_close(out, A @ B)
+    (r,) = s.reports
+    ptc = {n: t for n, t in r.timings_us.items() if n.startswith("ptc_nvgemm")}
+    assert ptc and all(t == float("inf") for t in ptc.values()) and r.inductor_winner == "mm"
+    assert "ptc_nvgemm" not in code
+
+    # a database (from a machine where the kernel was right) pins a ptc kernel: no benchmark runs
+    db = gemm.AutotuneDB(path)
+    (key,) = db.keys()
+    db.record(key, {**{n: 1.0 for n in ptc}, "mm": 2.0})
+    db.save()
+    with session(db=str(path)), runtime.launcher(doubled), pytest.raises(WrongResult, match="disagrees with a @ b"):
+        compile_and_run(lambda a, b: a @ b, A, B)

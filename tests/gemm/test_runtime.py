@@ -76,3 +76,75 @@ def test_second_call_rebinds_instead_of_building(monkeypatch):
     a, b, out = torch.randn(32, 128).to(torch.bfloat16), calls[0][1], torch.empty(32, 96, dtype=torch.bfloat16)
     runtime.run_cutlass("op", "90a", a, b, out, None, {}, stream=None)
     assert len(built) == 2 and op.launched[-1][0] is a
+
+
+# --- the first-run check: a kernel whose result disagrees with its definition is refused ---------
+
+BIAS_SILU = "def epilogue(accum, bias):\n    v1 = accum + bias\n    v2 = sigmoid(v1)\n    D = v1 * v2\n    return D\n"
+
+
+def _right(operator, arch, a, b, out, source, operands):
+    out.copy_(runtime.reference(a, b, source, operands).to(out.dtype))
+
+
+@pytest.mark.parametrize(
+    "wrong, why",
+    [
+        (lambda a, b, bias, ref: (a.float() @ b.float()), "the epilogue dropped"),
+        (lambda a, b, bias, ref: ref.flip(0), "rows swapped"),
+        (lambda a, b, bias, ref: torch.where(ref > 3, torch.nan, ref), "nan where the result is finite"),
+        (lambda a, b, bias, ref: ref * (1 + 2**-4), "a 6 % scale error"),
+    ],
+)
+def test_check_result_names_what_disagrees(wrong, why):
+    a, b, out = _tensors(0)
+    bias = torch.randn(96).bfloat16()
+    ref = runtime.reference(a, b, BIAS_SILU, {"bias": bias})
+    assert runtime.check_result("k", a, b, ref.bfloat16(), BIAS_SILU, {"bias": bias}) == ""  # bf16 rounding passes
+    reason = runtime.check_result("k", a, b, wrong(a, b, bias, ref).bfloat16(), BIAS_SILU, {"bias": bias})
+    assert reason.startswith("k disagrees with epilogue(a @ b) at ") and "refused for these shapes" in reason, why
+
+
+def test_reference_is_the_epilogue_of_the_fp32_product():
+    a, b, _ = _tensors(0)
+    bias = torch.randn(96).bfloat16()
+    acc = a.float() @ b.float()
+    torch.testing.assert_close(runtime.reference(a, b, BIAS_SILU, {"bias": bias}),
+                               torch.nn.functional.silu(acc + bias.float()))
+    torch.testing.assert_close(runtime.reference(a, b, None, {}), acc)
+
+
+def test_a_wrong_kernel_is_refused_on_its_first_run_and_never_launched_again():
+    from ptc import WrongResult
+
+    a, b, out = _tensors(0)
+    launched = []
+
+    def transposed_tiles(operator, arch, a, b, out, source, operands):  # a plausible layout bug
+        launched.append(operator)
+        out.copy_((a.float() @ b.float()).reshape(96, 64).t().to(out.dtype))
+
+    with runtime.launcher(transposed_tiles):
+        with pytest.raises(WrongResult, match="op1 disagrees with a @ b"):
+            runtime.ptc_nvgemm_mm(a, b, out=out, operator="op1", arch="90a")
+        with pytest.raises(WrongResult, match="op1 disagrees"):
+            runtime.ptc_nvgemm_mm(a, b, out=out, operator="op1", arch="90a")
+        assert launched == ["op1"]  # the second call did not launch it
+        with pytest.raises(WrongResult):  # each kernel is judged on its own
+            runtime.ptc_nvgemm_mm(a, b, out=out, operator="op2", arch="90a")
+    with runtime.launcher(_right):  # verdicts belong to the launcher that earned them
+        runtime.ptc_nvgemm_mm(a, b, out=out, operator="op1", arch="90a")
+    torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+
+
+def test_a_right_kernel_is_checked_once_per_shape(monkeypatch):
+    checks = []
+    real = runtime.check_result
+    monkeypatch.setattr(runtime, "check_result", lambda *args: checks.append(args[0]) or real(*args))
+    a, b, out = _tensors(0)
+    with runtime.launcher(_right):
+        for _ in range(3):
+            runtime.ptc_nvgemm_mm(a, b, out=out, operator="op", arch="90a")
+        a2, b2, out2 = a[:32], b, torch.empty(32, 96, dtype=torch.bfloat16)  # a new shape is checked again
+        runtime.ptc_nvgemm_mm(a2, b2, out=out2, operator="op", arch="90a")
+    assert checks == ["op", "op"]
