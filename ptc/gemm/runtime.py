@@ -43,7 +43,7 @@ _verdicts: Dict[Tuple, str] = {}  # launch key -> "" (checked: right) or why the
 
 
 def _sig(*tensors) -> Tuple:
-    return tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors)
+    return tuple([(t.shape, t.stride(), t.dtype) for t in tensors])  # torch.Size is a tuple: no copy
 
 
 def find_operator(operator: str, arch: str, args):
@@ -70,10 +70,24 @@ def launch_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optiona
 
 
 def run_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[str], operands, stream) -> None:
-    """``launch_cutlass`` past its device check: the operator, its compiled artifact and (without
-    an epilogue) its arguments are built once per shape signature; later calls rebind the
-    arguments to their tensors (``rebind_arguments``) instead of building them again."""
+    """``launch_cutlass`` past its device check.
+
+    The operator, its compiled artifact and (without an epilogue) its arguments are built
+    once per shape signature; later calls rebind the arguments to their tensors
+    (``rebind_arguments``) instead of building them again. The first call also records how
+    the operator calls its compiled function (:class:`DirectCall`); from the second call on,
+    ptc calls that function itself with the call's tensors, skipping the arguments
+    altogether, once that direct call's first result has matched :func:`reference` (else the
+    direct call is dropped for these shapes and the arguments stay in use).
+    """
     key = (operator, arch, _sig(a, b, out, *operands.values()), epilogue_source)
+    direct = _direct.get(key)
+    if direct is not None:
+        if direct.checked:
+            direct(a, b, out, operands, stream)
+            return
+        if _try_direct(key, direct, a, b, out, epilogue_source, operands, stream):
+            return
     template = _templates.get(key)
     args = rebind_arguments(template, a, b, out) if template is not None else None
     if args is None:
@@ -95,7 +109,103 @@ def run_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[s
     if size:
         workspace = torch.empty(size, dtype=torch.int8, device=out.device)
         op.initialize_workspace(args, workspace)
-    op.run(args, artifact, stream=stream, workspace=workspace, assume_supported_args=True)
+    recorder = None
+    if not size and key not in _direct and key not in _direct_refused and hasattr(artifact, "compiled_obj"):
+        recorder = _Recorder(artifact)
+    op.run(args, recorder.artifact if recorder else artifact, stream=stream, workspace=workspace,
+           assume_supported_args=True)
+    if recorder is not None:
+        call = DirectCall.from_recorded(recorder, a, b, out, operands, stream)
+        if call is None:
+            _direct_refused[key] = "the compiled function takes an argument ptc cannot supply itself"
+        else:
+            _direct[key] = call
+
+
+_direct: Dict[Tuple, "DirectCall"] = {}
+_direct_refused: Dict[Tuple, str] = {}  # key -> why ptc does not call the compiled function itself
+
+
+class _Recorder:
+    """A copy of ``artifact`` whose compiled function records the arguments it is called with."""
+
+    def __init__(self, artifact) -> None:
+        import copy
+
+        self.calls = []
+        real = artifact.compiled_obj
+
+        def recording(*args, **kwargs):
+            self.calls.append((args, kwargs))
+            return real(*args, **kwargs)
+
+        self.real = real
+        self.artifact = copy.copy(artifact)
+        self.artifact.compiled_obj = recording
+
+
+class DirectCall:
+    """How an operator calls its compiled function, by role: each argument is one of the call's
+    tensors (``a``, ``b``, ``out``, an epilogue operand, matched by identity), its stream, or a
+    constant (a number, a string, None). Calling it passes this call's tensors in those places."""
+
+    _CONSTANTS = (int, float, bool, str, type(None))
+
+    def __init__(self, fn, roles, kwroles) -> None:
+        self.fn, self.roles, self.kwroles = fn, roles, kwroles
+        self.checked = False
+
+    @classmethod
+    def from_recorded(cls, recorder: _Recorder, a, b, out, operands: dict, stream) -> "Optional[DirectCall]":
+        """The roles of the one recorded call, or None (no call, several, or an argument that is
+        none of the above: a workspace, a struct, a view the operator made)."""
+        if len(recorder.calls) != 1:
+            return None
+        named = [("a", a), ("b", b), ("out", out), *((f"operand:{k}", v) for k, v in operands.items())]
+        if stream is not None:
+            named.append(("stream", stream))
+
+        def role(x):
+            for name, t in named:
+                if x is t:
+                    return name
+            if isinstance(x, cls._CONSTANTS):
+                return ("const", x)
+            raise LookupError
+
+        args, kwargs = recorder.calls[0]
+        try:
+            return cls(recorder.real, [role(x) for x in args], {k: role(v) for k, v in kwargs.items()})
+        except LookupError:
+            return None
+
+    def __call__(self, a, b, out, operands: dict, stream):
+        have = {"a": a, "b": b, "out": out, "stream": stream, **{f"operand:{k}": v for k, v in operands.items()}}
+
+        def value(r):
+            return r[1] if isinstance(r, tuple) else have[r]
+
+        return self.fn(*[value(r) for r in self.roles], **{k: value(r) for k, r in self.kwroles.items()})
+
+
+def _try_direct(key, direct: DirectCall, a, b, out, source, operands, stream) -> bool:
+    """The direct call's first run, checked against :func:`reference`; False (and the direct
+    call dropped for ``key``) when it fails or disagrees: the caller then launches as before."""
+    if out.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False  # its result cannot be read now: keep the arguments path until a later call
+    try:
+        direct(a, b, out, operands, stream)
+        verdict = check_result(key[0], a, b, out, source, operands)
+    except Exception as e:  # noqa: BLE001 - the arguments path still works
+        verdict = f"{type(e).__name__}: {e}"
+    if verdict:
+        _direct.pop(key, None)
+        _direct_refused[key] = verdict
+        log.warning("ptc.gemm: calling %s's compiled function directly failed (%s); launching it "
+                    "through its arguments instead", key[0], verdict)
+        return False
+    direct.checked = True
+    return True
 
 
 def gemm_arguments(a, b, out, epilogue_source: Optional[str] = None, operands: Optional[dict] = None):

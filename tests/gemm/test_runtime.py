@@ -78,6 +78,96 @@ def test_second_call_rebinds_instead_of_building(monkeypatch):
     assert len(built) == 2 and op.launched[-1][0] is a
 
 
+# --- the direct call: from the second call on, ptc calls the compiled function itself -----------
+
+
+class Artifact:
+    def __init__(self, fn):
+        self.compiled_obj = fn
+
+
+class CallingOperator(FakeOperator):
+    """Like cutlass.operators' GEMM operators: ``run`` calls the compiled function with the
+    arguments' runtime tensors and the stream (``view_b``: passes a view it made of B instead)."""
+
+    def __init__(self, view_b=False):
+        super().__init__()
+        self.view_b, self.runs, self.fn_calls = view_b, 0, []
+
+    def compile(self, args, target_sm):
+        self.compiles += 1
+
+        def compiled(a, b, out, stream, *, mode="tn"):
+            self.fn_calls.append((a, b, out, stream, mode))
+            out.copy_((a.float() @ b.float()).to(out.dtype))
+
+        return Artifact(compiled)
+
+    def run(self, args, artifact, stream, workspace, assume_supported_args):
+        self.runs += 1
+        b = args.B.tensor.runtime_tensor
+        artifact.compiled_obj(args.A.tensor.runtime_tensor, b[:] if self.view_b else b, args.out.tensor.runtime_tensor,
+                              stream, mode="tn")
+
+
+@pytest.fixture
+def fresh_runtime(monkeypatch):
+    for name in ("_ops", "_artifacts", "_templates", "_direct", "_direct_refused"):
+        monkeypatch.setattr(runtime, name, {})
+
+    def use(op):
+        monkeypatch.setattr(runtime, "find_operator", lambda name, arch, args: op)
+        return op
+
+    return use
+
+
+def test_later_calls_go_straight_to_the_compiled_function(fresh_runtime):
+    op = fresh_runtime(CallingOperator())
+    calls = [_tensors(s) for s in range(4)]
+    streams = [object() for _ in calls]
+    for (a, b, out), stream in zip(calls, streams):
+        runtime.run_cutlass("op", "90a", a, b, out, None, {}, stream=stream)
+        torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    assert op.runs == 1 and op.compiles == 1  # only the first call went through the operator
+    for (a, b, out, stream, mode), (a_, b_, out_), stream_ in zip(op.fn_calls, calls, streams):
+        assert a is a_ and b is b_ and out is out_ and stream is stream_ and mode == "tn"
+    (direct,) = runtime._direct.values()
+    assert direct.checked and direct.roles == ["a", "b", "out", "stream"] and direct.kwroles == {"mode": ("const", "tn")}
+
+
+def test_an_argument_ptc_cannot_supply_keeps_the_operator_path(fresh_runtime):
+    op = fresh_runtime(CallingOperator(view_b=True))
+    for s in range(3):
+        a, b, out = _tensors(s)
+        runtime.run_cutlass("op", "90a", a, b, out, None, {}, stream=None)
+        torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    assert op.runs == 3 and not runtime._direct
+    assert "cannot supply" in next(iter(runtime._direct_refused.values()))
+
+
+@pytest.mark.parametrize("broken", ["wrong result", "raises"])
+def test_a_direct_call_that_fails_its_check_is_dropped_and_the_call_still_right(fresh_runtime, broken):
+    op = fresh_runtime(CallingOperator())
+    a, b, out = _tensors(0)
+    runtime.run_cutlass("op", "90a", a, b, out, None, {}, stream=None)
+    (key,) = runtime._direct
+
+    def bad(a, b, out, stream, mode):
+        if broken == "raises":
+            raise TypeError("expected a CUstream")
+        out.zero_()
+
+    runtime._direct[key].fn = bad
+    a, b, out = _tensors(1)
+    runtime.run_cutlass("op", "90a", a, b, out, None, {}, stream=None)
+    torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())  # relaunched through the operator
+    assert op.runs == 2 and key not in runtime._direct
+    assert ("disagrees" if broken == "wrong result" else "TypeError") in runtime._direct_refused[key]
+    runtime.run_cutlass("op", "90a", a, b, out, None, {}, stream=None)
+    assert op.runs == 3  # never tried again for these shapes
+
+
 # --- the first-run check: a kernel whose result disagrees with its definition is refused ---------
 
 BIAS_SILU = "def epilogue(accum, bias):\n    v1 = accum + bias\n    v2 = sigmoid(v1)\n    D = v1 * v2\n    return D\n"
