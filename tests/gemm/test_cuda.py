@@ -33,6 +33,16 @@ def test_every_selected_candidate_matches_matmul():
         out = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
         runtime.ptc_nvgemm_mm(a, w.t(), out=out, operator=c.name, arch=tgt.arch)
         torch.testing.assert_close(out.float(), (a.float() @ w.float().t()), rtol=2e-2, atol=2e-1, msg=c.label)
+    # later calls (new tensors, same shapes) call each compiled function directly: checked, then used
+    # (CPU twin: test_runtime.py::test_later_calls_go_straight_to_the_compiled_function)
+    for _ in range(2):
+        a2, w2 = torch.randn_like(a), torch.randn_like(w)
+        for c in p.selected:
+            out = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
+            runtime.ptc_nvgemm_mm(a2, w2.t(), out=out, operator=c.name, arch=tgt.arch)
+            torch.testing.assert_close(out.float(), a2.float() @ w2.float().t(), rtol=2e-2, atol=2e-1, msg=c.label)
+    direct = {k[0]: d.checked for k, d in runtime._direct.items()}
+    assert all(direct.get(c.name) for c in p.selected), (direct, runtime._direct_refused)
 
 
 def test_enable_in_max_autotune_on_gpu():

@@ -238,3 +238,36 @@ def test_a_right_kernel_is_checked_once_per_shape(monkeypatch):
         a2, b2, out2 = a[:32], b, torch.empty(32, 96, dtype=torch.bfloat16)  # a new shape is checked again
         runtime.ptc_nvgemm_mm(a2, b2, out=out2, operator="op", arch="90a")
     assert checks == ["op", "op"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, epilogue", [("H200_SXM", None), ("B200", None), ("B200", "bias,silu")])
+def test_real_operators_call_their_compiled_function_with_what_ptc_can_supply(monkeypatch, target, epilogue):
+    """cutlass.operators' own operators (compiled here, on the CPU; only the launch fails) call
+    their compiled function with the call's tensors and stream, nothing else: so on a GPU ptc's
+    direct call takes over from the second call (the GPU test checks it launches right)."""
+    import importlib
+
+    import ptc.gemm as gemm
+    from ptc.gemm.ptx import _OCCUPANCY_MODULES
+    from ptc.gemm.targets import target as named
+
+    for name in _OCCUPANCY_MODULES:  # compiling asks the driver for the occupancy: answer for it
+        mod = importlib.import_module(name)
+        if hasattr(mod, "get_max_active_clusters"):
+            monkeypatch.setattr(mod, "get_max_active_clusters", lambda *a, **k: 8)
+    tgt = named(target)
+    a, b, out = _tensors(0)
+    bias = torch.randn(96).bfloat16()
+    p = gemm.plan(gemm.GemmProblem("mm", 64, 96, 128), tgt, epilogue)
+    source, operands = (p.fusion.source, {"bias": bias}) if epilogue else (None, {})
+    args = runtime.gemm_arguments(a, b, out, source, operands)
+    op = runtime.find_operator(p.selected[0].name, tgt.arch, args)
+    assert op.get_workspace_size(args).size_bytes == 0
+    recorder = runtime._Recorder(op.compile(args, target_sm=tgt.arch))
+    stream = object()
+    with pytest.raises(Exception):  # the launch itself needs a GPU
+        op.run(args, recorder.artifact, stream=stream, workspace=None, assume_supported_args=True)
+    direct = runtime.DirectCall.from_recorded(recorder, a, b, out, operands, stream)
+    want = ["a", "b", "stream", "operand:bias", "out"] if epilogue else ["a", "b", "out", "stream"]
+    assert direct is not None and direct.roles == want and direct.kwroles == {}
