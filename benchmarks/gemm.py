@@ -288,6 +288,7 @@ def ptc_pick(target, x, w, b, epi, aten_total, aten_gemm, timer=time_cuda) -> di
     p = gemm.plan(gemm.GemmProblem("mm", m, n, k), target, epi or None)
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     best, best_name, best_fn = math.inf, None, None
+    op_of = {c.label: c.name for c in p.selected}
     for c in p.selected:
         if epi and p.fusion.fused:
             fn = (lambda c=c: runtime.ptc_nvgemm_fused(x, w.t(), b, out=out, operator=c.name, arch=target.arch,
@@ -303,7 +304,9 @@ def ptc_pick(target, x, w, b, epi, aten_total, aten_gemm, timer=time_cuda) -> di
         if t < best:
             best, best_name, best_fn = t, c.label, fn
     row = {"cutedsl_best": best if math.isfinite(best) else None, "cutedsl_best_label": best_name,
-           "cutedsl_host_us": host_us(best_fn, x.device) if best_fn is not None else None}
+           "cutedsl_host_us": host_us(best_fn, x.device) if best_fn is not None else None,
+           # whether its calls went straight to the compiled function (runtime.DirectCall)
+           "cutedsl_direct": any(k[0] == op_of.get(best_name) and d.checked for k, d in runtime._direct.items())}
     # fused kernels compete against ATen's GEMM alone (else the chain runs unfused); plain ones against ATen
     if best < (aten_gemm if epi else aten_total):
         row["ptc_direct"], row["ptc_direct_choice"] = best, best_name
@@ -339,7 +342,7 @@ def summarize(rows, results, out: Path, meta):
 
     def host(row):
         us = row.get("cutedsl_host_us")
-        return f" (call issued in {us:.0f} us)" if us else ""
+        return f" (call issued in {us:.0f} us{', direct' if row.get('cutedsl_direct') else ''})" if us else ""
 
     for row in rows:
         lines.append(f"| {row['case']} | {row['aten']*1000:.1f} | {ratio(row, 'ptc')} | {ratio(row, 'ptc_direct')} | "

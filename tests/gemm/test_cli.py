@@ -117,5 +117,6 @@ def test_gpu_benchmark_direct_pick_keeps_aten_unless_a_kernel_beats_it(epi):
         fast_aten = bench.ptc_pick(target("B200"), x, w, b, epi, aten_total=aten_total, aten_gemm=0.5, timer=timer)
     assert slow_aten["cutedsl_best"] == 1.0 and slow_aten["ptc_direct"] == 1.0
     assert slow_aten["ptc_direct_choice"] == slow_aten["cutedsl_best_label"] and slow_aten["cutedsl_host_us"] > 0
+    assert slow_aten["cutedsl_direct"] is False  # a stand-in launcher never reaches the compiled function
     assert fast_aten["ptc_direct"] == aten_total and fast_aten["ptc_direct_choice"] == ("aten+epilogue" if epi else "aten")
     assert fast_aten["cutedsl_best"] == 1.0  # the fastest kernel is still reported
