@@ -10,8 +10,8 @@ time budget and skipped cases are marked, never silently dropped.
    fp32): plain mm candidates (twice: the second time with new tensors, through
    the rebound arguments), bmm, addmm (bias EFC), fused epilogues
    (bias+relu, bias+silu, bias+gelu_tanh+residual), FP8 with row scales fused
-   as an epilogue (Blackwell). Block-scaled MXFP8/NVFP4 are planned and compiled
-   but not checked numerically here (their scale swizzle needs a quantizer).
+   as an epilogue (Blackwell), MXFP8 and NVFP4 with block scales (Blackwell; vs
+   ``torch._scaled_mm``, i.e. cuBLAS, instead of torch.matmul).
 2. Benchmark: bf16 GEMMs, M in (1, 16, 128, 4096), (N, K) in ((4096, 4096),
    (14336, 4096), (4096, 14336)), without and with a ``bias,silu`` epilogue.
    Per case (CUDA events, median of 50 after warm-up):
@@ -124,7 +124,7 @@ def plan_all(target, log):
 
 def correctness(target, log):
     import ptc.gemm as gemm
-    from ptc.gemm import runtime
+    from ptc.gemm import blockscale, runtime
 
     results = []
     dev = "cuda"
@@ -194,6 +194,12 @@ def correctness(target, log):
               "rowscale", lambda c, p: runtime.ptc_nvgemm_fused(
                   a8, w8.t(), sa, sb, out=out(), operator=c.name, arch=target.arch, source=p.fusion.source,
                   names="scale_a,scale_b"), want)
+        for scale, dt, kind in (("block32", "e4m3", "mxfp8 (block scales)"), ("block16", "e2m1x2", "nvfp4 (block scales)")):
+            qa, qb, s_a, s_b = blockscale.random_operands(scale, m, n, k, device=dev, generator=g)
+            want = torch._scaled_mm(qa, qb, s_a, s_b, out_dtype=torch.bfloat16).float()  # cuBLAS defines it
+            check(kind, gemm.GemmProblem("scaled_mm", m, n, k, a_dtype=dt, b_dtype=dt, scale=scale), None,
+                  lambda c, p, qa=qa, qb=qb, s_a=s_a, s_b=s_b: runtime.ptc_nvgemm_block_scaled_mm(
+                      qa, qb, s_a, s_b, out=out(), operator=c.name, arch=target.arch), want)
     return results
 
 

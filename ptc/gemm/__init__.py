@@ -56,4 +56,4 @@ def capability(feature: str) -> str:
     if not _compat.CUTLASS_OPERATORS:
         return "enable(): not usable here (pip install 'ptc[gemm]' for CuTeDSL planning/kernels)"
     where = "launch on this GPU" if _compat.CUDA_AVAILABLE else "plan/compile only (no GPU)"
-    return f"enable(): CuTeDSL mm/addmm/bmm candidates in max-autotune, fused epilogues, DB; {where}"
+    return f"enable(): CuTeDSL mm/addmm/bmm/scaled_mm (FP8, MXFP8, NVFP4) candidates in max-autotune, fused epilogues, DB; {where}"

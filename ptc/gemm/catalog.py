@@ -86,7 +86,7 @@ def meta_arguments(problem: GemmProblem, epilogue_source: Optional[str] = None, 
     """
     co = _co()
     if problem.op == "scaled_mm" and problem.scale in ("block32", "block16"):
-        return _blockscaled_arguments(co, problem, device)
+        return _blockscaled_arguments(problem, device)
     in_dt = _TORCH_DTYPES[problem.a_dtype]
     out_dt = _TORCH_DTYPES[problem.out_dtype]
     b = problem.batch
@@ -109,27 +109,19 @@ def meta_arguments(problem: GemmProblem, epilogue_source: Optional[str] = None, 
     return co.GemmArguments(A=a, B=bt, out=out, accumulator_type=torch.float32, epilogue=epi)
 
 
-def _blockscaled_arguments(co, problem: GemmProblem, device):
-    block = 32 if problem.scale == "block32" else 16
-    if problem.scale == "block16":
-        q_dt, s_dt, mode = torch.float4_e2m1fn_x2, torch.float8_e4m3fn, co.ScaleMode.Blockwise1x16
-        kq = problem.k // 2  # two fp4 values per byte
-    else:
-        q_dt, s_dt, mode = torch.float8_e4m3fn, torch.float8_e8m0fnu, co.ScaleMode.Blockwise1x32
-        kq = problem.k
+def _blockscaled_arguments(problem: GemmProblem, device):
+    """A (m, k) and B (k, n) block-scaled as ``torch._scaled_mm`` takes them (both K-major,
+    fp4 packed two per byte, scales 1-D in the 128 x 4 tiled layout; see ptc.gemm.blockscale)."""
+    from ptc.gemm import blockscale, runtime
 
-    def scales(rows):
-        r = -(-rows // 128) * 128
-        c = -(-(-(-problem.k // block)) // 4) * 4
-        return _tensor((r, c), s_dt, device)
-
-    qa = _tensor((problem.m, kq), q_dt, device)
-    qb = _tensor((problem.n, kq), q_dt, device).t()
-    sw = co.ScaleSwizzleMode.Swizzle32x4x4
-    a = co.ScaledOperand(qa, scales(problem.m), mode, sw)
-    b = co.ScaledOperand(qb, scales(problem.n), mode, sw)
+    block, scale_dt, (q_dt,) = blockscale.MODES[problem.scale]
+    q_dt, scale_dt = getattr(torch, q_dt), getattr(torch, scale_dt)
+    kq = problem.k // 2 if problem.scale == "block16" else problem.k
+    a = _tensor((problem.m, kq), q_dt, device)
+    b = _tensor((problem.n, kq), q_dt, device).t()
+    scales = [_tensor((blockscale.scale_count(rows, problem.k, block),), scale_dt, device) for rows in (problem.m, problem.n)]
     out = _tensor((problem.m, problem.n), _TORCH_DTYPES[problem.out_dtype], device)
-    return co.GemmArguments(A=a, B=b, out=out, accumulator_type=torch.float32)
+    return runtime.gemm_arguments(a, b, out, None, dict(zip(runtime.BLOCK_SCALES, scales)))
 
 
 _CACHE: Dict[Tuple, List] = {}

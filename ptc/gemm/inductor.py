@@ -3,7 +3,7 @@
 Inductor calls every registered *preprocessing function* with the choice list
 of each autotuned op before it benchmarks them (``select_algorithm.
 add_preprocessing_fn``, in both releases). ptc's function recognises
-``mm``/``addmm``/``bmm`` by their ATen choice, describes the problem
+``mm``/``addmm``/``bmm``/``_scaled_mm`` by their ATen choice, describes the problem
 (:class:`GemmProblem`), plans CuTeDSL candidates for the target
 (:func:`ptc.gemm.plan`) and appends one extern choice per candidate. Inductor
 then benchmarks them next to ATen and Triton and keeps the fastest. A candidate
@@ -133,6 +133,58 @@ def _k_major_letter(node, operand: str) -> str:
     return "n" if stride[-2] == 1 else "t"
 
 
+def _scale_mode(a, b, s_a, s_b):
+    """``(mode, "")`` for ``torch._scaled_mm(a, b, s_a, s_b)``'s scales, one of
+    :data:`ptc.gemm.problem.SCALE_MODES`; ``(None, why)`` for scales ptc leaves to ATen.
+
+    Per tensor / per row: float32 scales of one element each, or (M, 1) and (1, N). Block
+    scales: ATen's own test (``is_blockwise_1x32_scaling`` / ``_1x16_``): an MXFP8 or NVFP4
+    dtype pair (:func:`ptc.gemm.blockscale.mode_of`) and exactly the tiled layout's count of
+    scales for A (M rows) and B (N rows), contiguous. Block scales only for ``aten._scaled_mm``
+    itself, whose block scales are always in the tiled layout; ``_scaled_mm_v2`` names its
+    scales' layout, and Inductor's lowering of it hands ATen's kernel the untiled ones.
+    """
+    from torch._inductor.virtualized import V
+
+    from ptc.gemm import blockscale
+
+    size_a, size_b = _hints(a.get_size()), _hints(b.get_size())
+    m, n = size_a[0], size_b[1]
+    sizes = (_hints(s_a.get_size()), _hints(s_b.get_size()))
+    numel = [math.prod(sz) for sz in sizes]
+    dtypes = (s_a.get_dtype(), s_b.get_dtype())
+    if dtypes == (torch.float32, torch.float32):
+        if numel == [1, 1]:
+            return "tensor", ""
+        if sizes == ([m, 1], [1, n]):
+            return "row", ""
+        return None, f"scale shapes {sizes[0]} x {sizes[1]}: ptc handles per-tensor, per-row and block scales"
+    mode = blockscale.mode_of(a.get_dtype(), dtypes[0])
+    if mode is None or blockscale.mode_of(b.get_dtype(), dtypes[1]) != mode:
+        return None, (f"{a.get_dtype()} x {b.get_dtype()} with {dtypes[0]} x {dtypes[1]} scales: ptc handles "
+                      "float32 scales and MXFP8 / NVFP4 block scales")
+    target = getattr(getattr(V.graph, "current_node", None), "target", None)
+    if target is not torch.ops.aten._scaled_mm.default:
+        return None, f"{mode} scales of {target}: ptc takes block scales from aten._scaled_mm only"
+    block = blockscale.MODES[mode][0]
+    k = size_a[1] * (2 if mode == "block16" else 1)
+    want = [blockscale.scale_count(m, k, block), blockscale.scale_count(n, k, block)]
+    if numel != want or not all(_contiguous(s) for s in (s_a, s_b)):
+        return None, (f"{mode} scales of {numel[0]} and {numel[1]} elements: the tiled layout for "
+                      f"m={m}, n={n}, k={k} holds {want[0]} and {want[1]}, contiguous")
+    return mode, ""
+
+
+def _contiguous(node) -> bool:
+    size, stride = _hints(node.get_size()), _hints(node.get_stride())
+    expected = 1
+    for sz, st in reversed(list(zip(size, stride))):
+        if sz != 1 and st != expected:
+            return False
+        expected *= sz
+    return True
+
+
 class GemmSession:
     """An enabled ptc.gemm; use :func:`enable` to make one. Also a context manager.
 
@@ -186,7 +238,7 @@ class GemmSession:
             else:  # keep the user's passes; ptc's runs after them
                 patches["pre_grad_custom_pass"] = [*(existing if isinstance(existing, (list, tuple)) else [existing]), mine]
             # cached graphs call these by name: register them before any lowering runs
-            for op in ("mm", "addmm", "bmm", "scaled_mm", "fused"):
+            for op in ("mm", "addmm", "bmm", "scaled_mm", "block_scaled_mm", "fused"):
                 _extern_choice(op)
             _extern_choice("reference_mm", prefix="ptc_")
         self._config_patch = config.patch(patches)
@@ -293,23 +345,20 @@ class GemmSession:
         if op == "scaled_mm":
             a, b, s_a, s_b = nodes[:4]
             aten = next(c for c in choices if getattr(getattr(c, "choice", None), "name", "") == "_scaled_mm")
-            if aten.kwargs.get("use_fast_accum", False):
+            scale, why = _scale_mode(a, b, s_a, s_b)
+            if scale is None:
+                report.note = why
+                return []
+            if aten.kwargs.get("use_fast_accum", False) and scale in ("tensor", "row"):
                 report.note = "use_fast_accum=True is left to ATen/Triton"
                 return []
-            m_, n_ = _hints(a.get_size())[0], _hints(b.get_size())[1]
-            sizes = (_hints(s_a.get_size()), _hints(s_b.get_size()))
-            numel = [math.prod(sz) for sz in sizes]
-            if numel == [1, 1]:
-                scale = "tensor"
-            elif sizes == ([m_, 1], [1, n_]):
-                scale = "row"
+            if scale in ("block32", "block16"):
+                if len(nodes) > 4:
+                    report.note = f"{scale} scales with a bias are left to ATen (no fused bias in block-scaled kernels)"
+                    return []
+                op = "block_scaled_mm"
             else:
-                report.note = f"scale shapes {sizes[0]} x {sizes[1]}: ptc handles per-tensor and per-row FP8 scales"
-                return []
-            if s_a.get_dtype() != torch.float32 or s_b.get_dtype() != torch.float32:
-                report.note = "FP8 scales must be float32"
-                return []
-            epilogue = "rowscale,bias" if len(nodes) > 4 else "rowscale"
+                epilogue = "rowscale,bias" if len(nodes) > 4 else "rowscale"
         elif op == "addmm":
             bias, a, b = nodes[:3]
             aten = next(c for c in choices if getattr(getattr(c, "choice", None), "name", "") in ("addmm", "bias_addmm"))
@@ -332,15 +381,20 @@ class GemmSession:
         except PtcValueError as e:
             report.note = str(e)
             return []
-        if a_dt not in (("e4m3",) if op == "scaled_mm" else ("bf16", "f16")):
-            report.note = f"dtype {a_dt}: ptc plans bf16/f16 GEMMs and e4m3 scaled GEMMs here"
+        allowed = {"scaled_mm": ("e4m3",), "block_scaled_mm": ("e4m3", "e2m1x2")}.get(op, ("bf16", "f16"))
+        if a_dt not in allowed:
+            report.note = f"dtype {a_dt}: ptc plans bf16/f16 GEMMs, e4m3 scaled GEMMs and MXFP8/NVFP4 here"
             return []
         size_a, size_b = _hints(a.get_size()), _hints(b.get_size())
         batch = size_a[0] if op == "bmm" else 1
         problem = GemmProblem(
-            op, size_a[-2], size_b[-1], size_a[-1], batch, a_dt, dtype_name(b.get_dtype()), out_dt,
+            "scaled_mm" if op == "block_scaled_mm" else op, size_a[-2], size_b[-1],
+            size_a[-1] * (2 if a_dt == "e2m1x2" else 1), batch, a_dt, dtype_name(b.get_dtype()), out_dt,
             _k_major_letter(a, "A") + _k_major_letter(b, "B"), scale,
         )
+        if op == "block_scaled_mm" and problem.layout != "tn":
+            report.note = f"{scale} operands must both be K-major (layout 'tn'), got {problem.layout!r}"
+            return []
         report.problem = problem
         p = plan(problem, tgt, epilogue, max_candidates=self.max_candidates)
         report.plan = p

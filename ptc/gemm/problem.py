@@ -164,7 +164,7 @@ class GemmProblem:
             op, dts, dims, layout = parts[:4]
             scale = parts[4] if len(parts) > 4 else None
             ab, out = dts.split("->")
-            a, b = ab.split("x")
+            a, b = next((x, ab[len(x) + 1:]) for x in _BITS if ab.startswith(x + "x") and ab[len(x) + 1:] in _BITS)
             batch = 1
             if dims.startswith("b"):
                 bstr, dims = dims[1:].split("m", 1)

@@ -29,8 +29,8 @@ import torch
 from ptc.errors import FeatureUnavailable, PtcValueError, WrongResult
 
 __all__ = [
-    "ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm", "ptc_nvgemm_fused",
-    "ptc_reference_mm", "launcher", "launch_cutlass", "check_result",
+    "ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm", "ptc_nvgemm_block_scaled_mm",
+    "ptc_nvgemm_fused", "ptc_reference_mm", "launcher", "launch_cutlass", "check_result",
 ]
 
 log = logging.getLogger("ptc.gemm")
@@ -40,6 +40,10 @@ _ops: Dict[Tuple, object] = {}
 _artifacts: Dict[Tuple, object] = {}
 _templates: Dict[Tuple, object] = {}  # the first GemmArguments per key, rebound for later calls
 _verdicts: Dict[Tuple, str] = {}  # launch key -> "" (checked: right) or why the kernel was refused
+
+#: operand names of a block-scaled GEMM's scales (MXFP8/NVFP4, see ptc.gemm.blockscale): with
+#: these, ``a`` and ``b`` are quantized and there is no epilogue
+BLOCK_SCALES = ("block_scale_a", "block_scale_b")
 
 
 def _sig(*tensors) -> Tuple:
@@ -99,7 +103,7 @@ def run_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[s
         artifact = _artifacts.get(key)
         if artifact is None:
             artifact = _artifacts[key] = op.compile(args, target_sm=arch)
-        if epilogue_source is None and key not in _templates:
+        if epilogue_source is None and not operands and key not in _templates:
             meta = torch.empty(0, device="meta")
             stripped = rebind_arguments(args, meta, meta, meta)  # keeps no tensor of this call alive
             if stripped is not None:
@@ -146,8 +150,10 @@ class _Recorder:
 
 class DirectCall:
     """How an operator calls its compiled function, by role: each argument is one of the call's
-    tensors (``a``, ``b``, ``out``, an epilogue operand, matched by identity), its stream, or a
-    constant (a number, a string, None). Calling it passes this call's tensors in those places."""
+    tensors (``a``, ``b``, ``out``, an epilogue operand, matched by identity), a CuTe pointer to
+    one of them (matched by address: ``("ptr", name, make)``, ``make(address)`` builds the same
+    kind of pointer to another address), its stream, or a constant (a number, a string, None, a
+    tuple of those: ``("const", value)``). Calling it passes this call's tensors in those places."""
 
     _CONSTANTS = (int, float, bool, str, type(None))
 
@@ -169,9 +175,14 @@ class DirectCall:
             for name, t in named:
                 if x is t:
                     return name
-            if isinstance(x, cls._CONSTANTS):
+            if isinstance(x, cls._CONSTANTS) or (
+                isinstance(x, tuple) and all(isinstance(v, cls._CONSTANTS) for v in x)
+            ):
                 return ("const", x)
-            raise LookupError
+            pointer = _pointer_role(x, named)
+            if pointer is None:
+                raise LookupError
+            return pointer
 
         args, kwargs = recorder.calls[0]
         try:
@@ -183,9 +194,35 @@ class DirectCall:
         have = {"a": a, "b": b, "out": out, "stream": stream, **{f"operand:{k}": v for k, v in operands.items()}}
 
         def value(r):
-            return r[1] if isinstance(r, tuple) else have[r]
+            if isinstance(r, str):
+                return have[r]
+            return r[1] if r[0] == "const" else r[2](have[r[1]].data_ptr())
 
         return self.fn(*[value(r) for r in self.roles], **{k: value(r) for k, r in self.kwroles.items()})
+
+
+def _pointer_role(x, named) -> Optional[tuple]:
+    """``("ptr", name, make)`` when ``x`` is a CuTe runtime pointer (``cute.runtime.make_ptr``) to
+    exactly one of the ``named`` tensors and ``make`` rebuilds it exactly from its address; else None."""
+    fields = ("_pointer", "_dtype", "_addr_space", "_assumed_align")
+    try:
+        address, dtype, space, align = (getattr(x, f) for f in fields)
+    except AttributeError:
+        return None
+    owners = [n for n, t in named if isinstance(t, torch.Tensor) and t.data_ptr() == address]
+    if not isinstance(address, int) or len(owners) != 1:
+        return None
+
+    def make(addr, _cls=type(x)):
+        return _cls(addr, dtype, space, assumed_align=align)
+
+    try:
+        again = make(address)
+    except Exception:  # noqa: BLE001 - not a pointer type ptc knows how to build
+        return None
+    if tuple(getattr(again, f) for f in fields) != (address, dtype, space, align):
+        return None
+    return ("ptr", owners[0], make)
 
 
 def _try_direct(key, direct: DirectCall, a, b, out, source, operands, stream) -> bool:
@@ -210,9 +247,20 @@ def _try_direct(key, direct: DirectCall, a, b, out, source, operands, stream) ->
 
 def gemm_arguments(a, b, out, epilogue_source: Optional[str] = None, operands: Optional[dict] = None):
     """``cutlass.operators.GemmArguments`` for these tensors, built from scratch (about 0.4 ms of
-    host time per call in cutlass.operators 0.3.0: it derives a symbolic layout per tensor)."""
+    host time per call in cutlass.operators 0.3.0: it derives a symbolic layout per tensor).
+    With :data:`BLOCK_SCALES` operands, A and B are block-scaled operands (128 x 4 tiled scales)."""
     import cutlass.operators as co
 
+    if operands and BLOCK_SCALES[0] in operands:
+        from ptc.gemm.blockscale import block_of
+
+        sa, sb = (operands[k] for k in BLOCK_SCALES)
+        mode = co.ScaleMode.Blockwise1x32 if block_of(a.dtype, sa.dtype) == 32 else co.ScaleMode.Blockwise1x16
+        tiled = co.ScaleSwizzleMode.Swizzle32x4x4
+        return co.GemmArguments(
+            A=co.ScaledOperand(a, sa, mode, tiled), B=co.ScaledOperand(b, sb, mode, tiled), out=out,
+            accumulator_type=torch.float32,
+        )
     epi = None
     if epilogue_source is not None:
         epi = co.EpilogueArguments(epilogue_source, D=out, **(operands or {}))
@@ -264,7 +312,14 @@ _EVT_FUNCTIONS = {
 
 def reference(a, b, source: Optional[str], operands: dict) -> torch.Tensor:
     """What a kernel computes by definition, in fp32: ``a @ b`` (batched for 3-D operands), then
-    the EVT function ``source`` (``def epilogue(accum, ...)``) run on it with ``operands``."""
+    the EVT function ``source`` (``def epilogue(accum, ...)``) run on it with ``operands``.
+    With :data:`BLOCK_SCALES` operands, ``a`` and ``b`` are dequantized first
+    (:func:`ptc.gemm.blockscale.dequantize`)."""
+    if BLOCK_SCALES[0] in operands:
+        from ptc.gemm.blockscale import dequantize
+
+        sa, sb = (operands[k] for k in BLOCK_SCALES)
+        return dequantize(a, sa) @ dequantize(b.t(), sb).t()
     acc = torch.matmul(a.float(), b.float())
     if source is None:
         return acc
@@ -285,9 +340,15 @@ def check_result(operator: str, a, b, out, source: Optional[str], operands: dict
     if not bool(bad.any()):
         return ""
     i = int(bad.reshape(-1).nonzero()[0])
-    return (f"{operator} disagrees with {'epilogue(a @ b)' if source else 'a @ b'} at {int(bad.sum())} of "
+    return (f"{operator} disagrees with {_what(source, operands)} at {int(bad.sum())} of "
             f"{bad.numel()} elements (first at flat index {i}: {got.reshape(-1)[i].item():.6g} vs "
             f"{want.reshape(-1)[i].item():.6g}); refused for these shapes")
+
+
+def _what(source: Optional[str], operands: dict) -> str:
+    if BLOCK_SCALES[0] in operands:
+        return "dequantize(a) @ dequantize(b)"
+    return "epilogue(a @ b)" if source else "a @ b"
 
 
 def _launch(operator: str, arch: str, a, b, out, source: Optional[str], operands: dict) -> None:
@@ -396,4 +457,12 @@ def ptc_nvgemm_scaled_mm(a, b, scale_a, scale_b, *bias, out, operator: str, arch
     keys = [k for k in names.split(",") if k]
     _require_epilogue(source, {k: ops[k] for k in keys}, "ptc_nvgemm_scaled_mm")
     _launch(operator, arch, a, b, out, source, {k: ops[k] for k in keys})
+    return out
+
+
+def ptc_nvgemm_block_scaled_mm(a, b, scale_a, scale_b, *, out, operator: str, arch: str):
+    """``out = torch._scaled_mm(a, b, scale_a, scale_b)`` for MXFP8 or NVFP4 ``a``/``b`` with
+    block scales in the 128 x 4 tiled layout, on Blackwell's block-scaled MMA (the layouts and
+    the meaning are in :mod:`ptc.gemm.blockscale`)."""
+    _launch(operator, arch, a, b, out, None, dict(zip(BLOCK_SCALES, (scale_a, scale_b))))
     return out

@@ -58,7 +58,7 @@ def test_demo_section_runs(capsys):
 def test_capability_line():
     from ptc.gemm import capability
 
-    assert capability("gemm").startswith("enable(): CuTeDSL mm/addmm/bmm candidates")
+    assert capability("gemm").startswith("enable(): CuTeDSL mm/addmm/bmm/scaled_mm (FP8, MXFP8, NVFP4) candidates")
 
 
 def _gemm_benchmark():

@@ -75,3 +75,44 @@ def test_enable_in_max_autotune_on_gpu():
 def _seen(session):
     """What each autotuned op got, for the failure message."""
     return [(r.op, r.note, sorted(r.timings_us)) for r in session.reports]
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_block_scaled_candidates_match_cublas_on_blackwell(fmt):
+    """Every selected block-scaled kernel agrees with torch._scaled_mm (cuBLAS), and max-autotune
+    gets them with finite times. CPU twins: test_inductor.py::test_block_scaled_mm_gets_blackwell_
+    block_scaled_candidates (the Inductor path), test_blockscale.py (layouts and meaning)."""
+    if torch.cuda.get_device_capability()[0] != 10:
+        pytest.skip("MXFP8/NVFP4 block-scaled MMA needs Blackwell (sm_100)")
+    from ptc.gemm import blockscale, runtime
+    from ptc.gemm.targets import detect
+
+    m, n, k = 256, 384, 512
+    scale = {"mxfp8": "block32", "nvfp4": "block16"}[fmt]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a, b, sa, sb = blockscale.random_operands(scale, m, n, k, device="cuda", generator=g)
+    want = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16).float()
+    tgt = detect(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+    dt = {"mxfp8": "e4m3", "nvfp4": "e2m1x2"}[fmt]
+    p = gemm.plan(gemm.GemmProblem("scaled_mm", m, n, k, a_dtype=dt, b_dtype=dt, scale=scale), tgt)
+    assert p.selected, p.note
+    for c in p.selected:
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        runtime.ptc_nvgemm_block_scaled_mm(a, b, sa, sb, out=out, operator=c.name, arch=tgt.arch)
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item(), msg=c.label)
+    # later calls with new tensors go straight to the compiled function, with pointers rebuilt
+    # (CPU twin: test_runtime.py::test_pointers_to_the_calls_tensors_are_rebuilt_for_each_later_call)
+    for _ in range(2):
+        a2, b2, sa2, sb2 = blockscale.random_operands(scale, m, n, k, device="cuda", generator=g)
+        want2 = torch._scaled_mm(a2, b2, sa2, sb2, out_dtype=torch.bfloat16).float()
+        for c in p.selected:
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            runtime.ptc_nvgemm_block_scaled_mm(a2, b2, sa2, sb2, out=out, operator=c.name, arch=tgt.arch)
+            torch.testing.assert_close(out.float(), want2, rtol=2e-2, atol=2e-2 * want2.abs().max().item(), msg=c.label)
+    direct = {k[0]: d.checked for k, d in runtime._direct.items()}
+    assert all(direct.get(c.name) for c in p.selected), (direct, runtime._direct_refused)
+    with gemm.enable() as s:
+        out, _ = compile_and_run(lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), a, b, sa, sb)
+    torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+    timings = [t for r in s.reports for n, t in r.timings_us.items() if n.startswith("ptc_nvgemm")]
+    assert timings and any(t != float("inf") for t in timings), _seen(s)

@@ -233,6 +233,53 @@ def test_scaled_mm_on_hopper_says_why_it_has_no_candidates():
     assert "needs the dequant epilogue" in s.reports[0].note
 
 
+def scaled_mm(a, b, sa, sb):
+    return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_block_scaled_mm_gets_blackwell_block_scaled_candidates(fmt):
+    """MXFP8 / NVFP4 ``torch._scaled_mm`` (tiled scales) gets CuTeDSL block-scaled candidates; the
+    pick computes dequantize(a) @ dequantize(b) (expected value written out in test_blockscale)."""
+    from .test_blockscale import kernel, mxfp8, nvfp4, right
+
+    a, b, sa, sb, want = (mxfp8 if fmt == "mxfp8" else nvfp4)(32, 48, 64)
+    launched = []
+
+    def launch(*args):
+        launched.append(args)
+        kernel(right)(*args)
+
+    with session() as s, injected_timings(ptc_fastest), runtime.launcher(launch):
+        out, code = compile_and_run(scaled_mm, a, b, sa, sb)
+    torch.testing.assert_close(out.float(), want, rtol=2**-7, atol=1e-2)
+    (r,) = s.reports
+    mode = {"mxfp8": "block32", "nvfp4": "block16"}[fmt]
+    assert r.op == "scaled_mm" and r.problem.scale == mode and not r.note
+    assert r.problem.signature().endswith(f"m32n48k64:tn:{mode}")  # NVFP4: K counts values, not bytes
+    assert r.inductor_winner.startswith("ptc_nvgemm") and "extern_kernels.ptc_nvgemm_block_scaled_mm(" in code
+    assert f"Blockwise1x{mode[5:]}" in r.candidate_of[r.inductor_winner]
+    operator, arch, *_, operands = launched[0]
+    assert operator == r.candidate_of[r.inductor_winner] and arch == "100a"
+    assert list(operands) == list(runtime.BLOCK_SCALES) and operands["block_scale_a"].dtype == sa.dtype
+
+
+def test_block_scaled_mm_elsewhere_says_why_it_has_no_candidates():
+    """Without a ptc candidate the graph calls ATen's _scaled_mm, which has no CPU kernel for block
+    scales: its CPU error shows ATen ran."""
+    from .test_blockscale import mxfp8
+
+    a, b, sa, sb, _ = mxfp8(32, 48, 64)
+    bias = torch.randn(48, generator=G).bfloat16()
+    with session(target="H100") as hopper, pytest.raises(ValueError, match="Invalid scaling configuration"):
+        compile_and_run(scaled_mm, a, b, sa, sb)
+    assert "block32 block scales need Blackwell" in hopper.reports[0].note
+    with session() as s, pytest.raises(ValueError, match="Invalid scaling configuration"):
+        compile_and_run(lambda a, b, sa, sb, c: torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16),
+                        a, b, sa, sb, bias)
+    assert "with a bias are left to ATen" in s.reports[0].note
+
+
 def test_dynamic_shapes_get_no_ptc_candidates():
     import torch._inductor.config as ic
     from torch._inductor.utils import run_and_get_code

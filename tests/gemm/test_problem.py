@@ -28,6 +28,13 @@ def test_signature_round_trips(op, m, n, k, batch, dt, layout):
     assert GemmProblem.from_signature(p.signature()) == p
 
 
+@pytest.mark.parametrize("dt, scale", [("e4m3", "row"), ("e5m2", "tensor"), ("e4m3", "block32"), ("e2m1x2", "block16")])
+def test_scaled_signatures_round_trip(dt, scale):
+    """Dtype names hold an 'x' themselves (e2m1x2): the a/b split must still find both."""
+    p = GemmProblem("scaled_mm", 128, 256, 512, a_dtype=dt, b_dtype=dt, scale=scale)
+    assert GemmProblem.from_signature(p.signature()) == p
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, words",
     [

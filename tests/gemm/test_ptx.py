@@ -25,8 +25,12 @@ GOLDEN = {
 
 
 FP8 = GemmProblem("scaled_mm", 256, 256, 256, a_dtype="e4m3", b_dtype="e4m3", scale="row")
+MXFP8 = FP8.with_(scale="block32")
+NVFP4 = FP8.with_(a_dtype="e2m1x2", b_dtype="e2m1x2", scale="block16")
 # every rewrite ptc emits must compile, not only pass cutlass.operators' argument checks
 BLACKWELL_EPILOGUES = [(P, "bias,gelu_tanh,residual"), (P, "colbias,silu,scale"), (FP8, "rowscale")]
+# block-scaled operands built the way ptc's runtime builds them from torch._scaled_mm's tensors
+BLOCK_SCALED = [(MXFP8, None), (NVFP4, None)]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def compiled():
     """One worker per arch: H100 plain GEMM; B200 bias+relu EFC plus the other fused kinds."""
     h = plan(P, "H100_SXM")
     (hk,) = compile_ptx(P, "H100_SXM", [h.selected[0].name])
-    items = [(P, "bias,relu")] + BLACKWELL_EPILOGUES
+    items = [(P, "bias,relu")] + BLACKWELL_EPILOGUES + BLOCK_SCALED
     plans = [plan(prob, "B200", epi) for prob, epi in items]
     ks = compile_many("B200", [(prob, [p.selected[0].name], epi) for (prob, epi), p in zip(items, plans)])
     return {"H100_SXM": (h, hk), "B200": (plans[0], ks[0]), "more": list(zip(items[1:], plans[1:], ks[1:]))}
@@ -54,8 +58,18 @@ def test_blackwell_fused_kernel_is_tcgen05_ptx_for_sm100a(compiled):
 
 def test_every_fused_epilogue_kind_compiles(compiled):
     for (prob, epi), p, k in compiled["more"]:
+        if epi is None:
+            continue
         assert p.fusion.fused and k.name == p.selected[0].name, epi
         assert ".target sm_100a" in k.ptx and "tcgen05.mma" in k.ptx, epi
+
+
+def test_mxfp8_and_nvfp4_compile_to_block_scaled_mma(compiled):
+    kinds = {prob.scale: (p, k) for (prob, epi), p, k in compiled["more"] if epi is None}
+    for scale, mma in (("block32", ".kind::mxf8f6f4.block_scale.block32"), ("block16", ".kind::mxf4nvf4.block_scale.block16")):
+        p, k = kinds[scale]
+        assert k.name == p.selected[0].name and ".target sm_100a" in k.ptx, scale
+        assert mma in k.ptx, scale
 
 
 def test_ptx_matches_the_golden_hash_for_the_pinned_dsl(compiled):

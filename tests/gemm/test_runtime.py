@@ -78,6 +78,29 @@ def test_second_call_rebinds_instead_of_building(monkeypatch):
     assert len(built) == 2 and op.launched[-1][0] is a
 
 
+class ScaledOperator(FakeOperator):
+    def run(self, args, artifact, stream, workspace, assume_supported_args):
+        self.launched.append(tuple(x.tensor.runtime_tensor for op in (args.A, args.B) for x in (op.quantized, op.scale)))
+
+
+@pytest.mark.parametrize("mode", ["block32", "block16"])
+def test_block_scaled_arguments_are_built_for_every_call_not_rebound(monkeypatch, mode):
+    """Rebinding swaps A, B and out only: a block-scaled template would keep the first call's scales."""
+    from ptc.gemm import blockscale
+
+    op = ScaledOperator()
+    monkeypatch.setattr(runtime, "find_operator", lambda name, arch, args: op)
+    for name in ("_ops", "_artifacts", "_templates"):
+        monkeypatch.setattr(runtime, name, {})
+    calls = [blockscale.random_operands(mode, 64, 96, 128, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    for a, b, sa, sb in calls:
+        operands = dict(zip(runtime.BLOCK_SCALES, (sa, sb)))
+        runtime.run_cutlass("op", "100a", a, b, torch.empty(64, 96, dtype=torch.bfloat16), None, operands, stream=None)
+    assert op.compiles == 1 and not runtime._templates
+    for launched, (a, b, sa, sb) in zip(op.launched, calls):
+        assert all(x is y for x, y in zip(launched, (a, sa, b, sb)))
+
+
 # --- the direct call: from the second call on, ptc calls the compiled function itself -----------
 
 
@@ -168,6 +191,74 @@ def test_a_direct_call_that_fails_its_check_is_dropped_and_the_call_still_right(
     assert op.runs == 3  # never tried again for these shapes
 
 
+class Pointer:
+    """What ``cute.runtime.make_ptr`` returns, as far as ptc reads it (a real one: the slow test below)."""
+
+    def __init__(self, pointer, dtype, mem_space, assumed_align=None):
+        assert pointer % assumed_align == 0
+        self._pointer, self._dtype, self._addr_space, self._assumed_align = pointer, dtype, mem_space, assumed_align
+
+
+class PointerOperator(FakeOperator):
+    """Like cutlass.operators' block-scaled operators: ``run`` calls the compiled function with
+    pointers made from the arguments' addresses, the problem shape and the stream (``extra``:
+    also a pointer to memory of its own, e.g. a workspace)."""
+
+    def __init__(self, extra=False):
+        super().__init__()
+        self.extra, self.runs, self.fn_calls, self.memory = extra, 0, [], {}
+
+    def compile(self, args, target_sm):
+        def compiled(a_ptr, b_ptr, out_ptr, *rest):
+            shape, stream = rest[-2:]
+            self.fn_calls.append((a_ptr, b_ptr, out_ptr, shape))
+            a, b, out = (self.memory[p._pointer] for p in (a_ptr, b_ptr, out_ptr))
+            out.copy_((a.float() @ b.float()).to(out.dtype))
+
+        return Artifact(compiled)
+
+    def run(self, args, artifact, stream, workspace, assume_supported_args):
+        self.runs += 1
+        ptrs = []
+        for t in (args.A.tensor.runtime_tensor, args.B.tensor.runtime_tensor, args.out.tensor.runtime_tensor):
+            self.memory[t.data_ptr()] = t
+            ptrs.append(Pointer(t.data_ptr(), "bf16", "gmem", assumed_align=16))
+        if self.extra:
+            ptrs.append(Pointer(4096, "i8", "gmem", assumed_align=16))
+        artifact.compiled_obj(*ptrs, tuple(args.out.shape) + (1,), stream)
+
+
+def test_pointers_to_the_calls_tensors_are_rebuilt_for_each_later_call(fresh_runtime):
+    op = fresh_runtime(PointerOperator())
+    calls = [_tensors(s) for s in range(3)]
+    stream = object()
+    for a, b, out in calls:
+        for t in (a, b, out):
+            op.memory[t.data_ptr()] = t  # the fake kernel reads memory by address
+        runtime.run_cutlass("op", "100a", a, b, out, None, {}, stream=stream)
+        torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    assert op.runs == 1  # later calls went straight to the compiled function, with new pointers
+    for (a_ptr, b_ptr, out_ptr, shape), (a, b, out) in zip(op.fn_calls, calls):
+        assert (a_ptr._pointer, b_ptr._pointer, out_ptr._pointer) == (a.data_ptr(), b.data_ptr(), out.data_ptr())
+        assert a_ptr._assumed_align == 16 and a_ptr._addr_space == "gmem" and shape == (64, 96, 1)
+    (direct,) = runtime._direct.values()
+    assert direct.checked and [r[:2] for r in direct.roles[:3]] == [("ptr", "a"), ("ptr", "b"), ("ptr", "out")]
+    assert direct.roles[3:] == [("const", (64, 96, 1)), "stream"]
+
+
+def test_a_pointer_to_memory_that_is_not_the_calls_keeps_the_operator_path(fresh_runtime):
+    op = fresh_runtime(PointerOperator(extra=True))
+    for s in range(2):
+        a, b, out = _tensors(s)
+        runtime.run_cutlass("op", "100a", a, b, out, None, {}, stream=None)
+    assert op.runs == 2 and not runtime._direct
+    a, b, out = _tensors(0)
+    twins = {"a": a, "b": a}  # one address, two names: ambiguous
+    assert runtime._pointer_role(Pointer(a.data_ptr(), "bf16", "gmem", 16), list(twins.items())) is None
+    assert runtime._pointer_role(Pointer(a.data_ptr(), "bf16", "gmem", 16), [("a", a)])[:2] == ("ptr", "a")
+    assert runtime._pointer_role(object(), [("a", a)]) is None
+
+
 # --- the first-run check: a kernel whose result disagrees with its definition is refused ---------
 
 BIAS_SILU = "def epilogue(accum, bias):\n    v1 = accum + bias\n    v2 = sigmoid(v1)\n    D = v1 * v2\n    return D\n"
@@ -240,12 +331,9 @@ def test_a_right_kernel_is_checked_once_per_shape(monkeypatch):
     assert checks == ["op", "op"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target, epilogue", [("H200_SXM", None), ("B200", None), ("B200", "bias,silu")])
-def test_real_operators_call_their_compiled_function_with_what_ptc_can_supply(monkeypatch, target, epilogue):
-    """cutlass.operators' own operators (compiled here, on the CPU; only the launch fails) call
-    their compiled function with the call's tensors and stream, nothing else: so on a GPU ptc's
-    direct call takes over from the second call (the GPU test checks it launches right)."""
+def _record_real_call(monkeypatch, target, problem, epilogue, a, b, out, operands, stream):
+    """Compile cutlass.operators' first selected operator for ``problem`` here, on the CPU, run it
+    (the launch itself fails without a GPU) and return what it called its compiled function with."""
     import importlib
 
     import ptc.gemm as gemm
@@ -257,17 +345,62 @@ def test_real_operators_call_their_compiled_function_with_what_ptc_can_supply(mo
         if hasattr(mod, "get_max_active_clusters"):
             monkeypatch.setattr(mod, "get_max_active_clusters", lambda *a, **k: 8)
     tgt = named(target)
-    a, b, out = _tensors(0)
-    bias = torch.randn(96).bfloat16()
-    p = gemm.plan(gemm.GemmProblem("mm", 64, 96, 128), tgt, epilogue)
-    source, operands = (p.fusion.source, {"bias": bias}) if epilogue else (None, {})
-    args = runtime.gemm_arguments(a, b, out, source, operands)
+    p = gemm.plan(problem, tgt, epilogue)
+    args = runtime.gemm_arguments(a, b, out, p.fusion.source if epilogue else None, operands)
     op = runtime.find_operator(p.selected[0].name, tgt.arch, args)
     assert op.get_workspace_size(args).size_bytes == 0
     recorder = runtime._Recorder(op.compile(args, target_sm=tgt.arch))
-    stream = object()
     with pytest.raises(Exception):  # the launch itself needs a GPU
         op.run(args, recorder.artifact, stream=stream, workspace=None, assume_supported_args=True)
+    return recorder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, epilogue", [("H200_SXM", None), ("B200", None), ("B200", "bias,silu")])
+def test_real_operators_call_their_compiled_function_with_what_ptc_can_supply(monkeypatch, target, epilogue):
+    """cutlass.operators' own operators (compiled here, on the CPU; only the launch fails) call
+    their compiled function with the call's tensors and stream, nothing else: so on a GPU ptc's
+    direct call takes over from the second call (the GPU test checks it launches right)."""
+    from ptc.gemm import GemmProblem
+
+    a, b, out = _tensors(0)
+    operands = {"bias": torch.randn(96).bfloat16()} if epilogue else {}
+    stream = object()
+    recorder = _record_real_call(monkeypatch, target, GemmProblem("mm", 64, 96, 128), epilogue, a, b, out, operands, stream)
     direct = runtime.DirectCall.from_recorded(recorder, a, b, out, operands, stream)
     want = ["a", "b", "stream", "operand:bias", "out"] if epilogue else ["a", "b", "out", "stream"]
     assert direct is not None and direct.roles == want and direct.kwroles == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["block32", "block16"])
+def test_real_block_scaled_operators_take_pointers_ptc_rebuilds_for_new_tensors(monkeypatch, mode):
+    """The block-scaled operators call their compiled function with CuTe pointers to A, B, the
+    scales and out (plus the problem shape and stream): ptc's direct call rebuilds the same kind
+    of pointer for each later call's tensors (instead of ~1 ms of arguments per call here)."""
+    from ptc.gemm import GemmProblem, blockscale
+
+    def tensors(seed):
+        a, b, sa, sb = blockscale.random_operands(mode, 64, 96, 128, generator=torch.Generator().manual_seed(seed))
+        return a, b, torch.empty(64, 96, dtype=torch.bfloat16), dict(zip(runtime.BLOCK_SCALES, (sa, sb)))
+
+    a, b, out, operands = tensors(0)
+    dt = {"block32": "e4m3", "block16": "e2m1x2"}[mode]
+    problem = GemmProblem("scaled_mm", 64, 96, 128, a_dtype=dt, b_dtype=dt, scale=mode)
+    stream = object()
+    recorder = _record_real_call(monkeypatch, "B200", problem, None, a, b, out, operands, stream)
+    direct = runtime.DirectCall.from_recorded(recorder, a, b, out, operands, stream)
+    assert direct is not None
+    assert [r[:2] if r[0] == "ptr" else r for r in direct.roles] == [
+        ("ptr", "a"), ("ptr", "b"), ("ptr", "operand:block_scale_a"), ("ptr", "operand:block_scale_b"), ("ptr", "out"),
+        ("const", (64, 96, 128, 1)), "stream",
+    ]
+    seen = []
+    direct.fn = lambda *args: seen.append(args)
+    a2, b2, out2, operands2 = tensors(1)
+    direct(a2, b2, out2, operands2, stream)
+    recorded, passed = recorder.calls[0][0][:5], seen[0][:5]
+    assert [p._pointer for p in passed] == [t.data_ptr() for t in (a2, b2, *operands2.values(), out2)]
+    for old, new in zip(recorded, passed):
+        assert type(new) is type(old) and (new._dtype, new._addr_space, new._assumed_align) == (
+            old._dtype, old._addr_space, old._assumed_align)
