@@ -44,6 +44,8 @@ _verdicts: Dict[Tuple, str] = {}  # launch key -> "" (checked: right) or why the
 #: operand names of a block-scaled GEMM's scales (MXFP8/NVFP4, see ptc.gemm.blockscale): with
 #: these, ``a`` and ``b`` are quantized and there is no epilogue
 BLOCK_SCALES = ("block_scale_a", "block_scale_b")
+#: the address alignment (bytes) cutlass.operators' block-scaled kernels assume for scales
+SCALE_ALIGN = 32
 
 
 def _sig(*tensors) -> Tuple:
@@ -463,6 +465,8 @@ def ptc_nvgemm_scaled_mm(a, b, scale_a, scale_b, *bias, out, operator: str, arch
 def ptc_nvgemm_block_scaled_mm(a, b, scale_a, scale_b, *, out, operator: str, arch: str):
     """``out = torch._scaled_mm(a, b, scale_a, scale_b)`` for MXFP8 or NVFP4 ``a``/``b`` with
     block scales in the 128 x 4 tiled layout, on Blackwell's block-scaled MMA (the layouts and
-    the meaning are in :mod:`ptc.gemm.blockscale`)."""
-    _launch(operator, arch, a, b, out, None, dict(zip(BLOCK_SCALES, (scale_a, scale_b))))
+    the meaning are in :mod:`ptc.gemm.blockscale`). The kernels read scales at 32-byte aligned
+    addresses: a scale tensor that starts elsewhere (a view into a larger buffer) is copied first."""
+    scales = [s if s.data_ptr() % SCALE_ALIGN == 0 else s.clone() for s in (scale_a, scale_b)]
+    _launch(operator, arch, a, b, out, None, dict(zip(BLOCK_SCALES, scales)))
     return out

@@ -210,3 +210,22 @@ def test_random_operands_are_what_scaled_mm_takes(mode):
     assert s.min() >= 0.125 and s.max() <= 4.5  # no zero scale inside the used region
     with pytest.raises(ValueError, match="not one of block32, block16"):
         blockscale.random_operands("row", 1, 1, 32)
+
+
+def test_a_scale_view_off_the_kernels_alignment_is_copied_not_launched_misaligned():
+    a, b, sa, sb, want = mxfp8(32, 48, 64)
+    buffer = torch.empty(sa.numel() + 16, dtype=torch.uint8).view(E8M0)
+    start = next(i for i in range(1, 32) if (buffer.data_ptr() + i) % runtime.SCALE_ALIGN)  # off by a few bytes
+    shifted = buffer[start:start + sa.numel()]
+    shifted.copy_(sa)
+    seen = []
+
+    def launch(operator, arch, a, b, out, source, operands):
+        seen.append([t.data_ptr() % runtime.SCALE_ALIGN for t in operands.values()])
+        kernel(right)(operator, arch, a, b, out, source, operands)
+
+    out = torch.empty(32, 48, dtype=torch.bfloat16)
+    with runtime.launcher(launch):
+        runtime.ptc_nvgemm_block_scaled_mm(a, b, shifted, sb, out=out, operator="k", arch="100a")
+    assert shifted.data_ptr() % runtime.SCALE_ALIGN and seen == [[0, 0]]
+    torch.testing.assert_close(out.float(), want, rtol=2**-7, atol=1e-2)
