@@ -259,6 +259,7 @@ def test_block_scaled_mm_gets_blackwell_block_scaled_candidates(fmt):
     assert r.problem.signature().endswith(f"m32n48k64:tn:{mode}")  # NVFP4: K counts values, not bytes
     assert r.inductor_winner.startswith("ptc_nvgemm") and "extern_kernels.ptc_nvgemm_block_scaled_mm(" in code
     assert f"Blockwise1x{mode[5:]}" in r.candidate_of[r.inductor_winner]
+    assert f"problem  {r.problem.signature()}" in gemm.format_report(r)  # what `ptc gemm explain` shows
     operator, arch, *_, operands = launched[0]
     assert operator == r.candidate_of[r.inductor_winner] and arch == "100a"
     assert list(operands) == list(runtime.BLOCK_SCALES) and operands["block_scale_a"].dtype == sa.dtype
