@@ -66,16 +66,27 @@ def find_operator(operator: str, arch: str, args):
     raise FeatureUnavailable(f"cutlass.operators has no operator {operator} for these tensors on sm_{arch}")
 
 
-def launch_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[str], operands) -> None:
-    """Compile (once) and launch ``cutlass.operators`` operator ``operator`` for these tensors."""
+def launch_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[str], operands, key=None) -> None:
+    """Compile (once) and launch ``cutlass.operators`` operator ``operator`` for these tensors
+    (``key``: this call's :func:`_key`, where the caller has it already)."""
+    run_cutlass(operator, arch, a, b, out, epilogue_source, operands, _stream_of(operator, out), key)
+
+
+def _stream_of(operator: str, out):
+    """The current CUDA stream, for a kernel writing ``out``; FeatureUnavailable off CUDA."""
     if out.device.type != "cuda":
         raise FeatureUnavailable(
             f"ptc CuTeDSL kernel {operator} needs CUDA tensors, got {out.device}", "CUDA_AVAILABLE"
         )
-    run_cutlass(operator, arch, a, b, out, epilogue_source, operands, torch.cuda.current_stream())
+    return torch.cuda.current_stream()
 
 
-def run_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[str], operands, stream) -> None:
+def _key(operator: str, arch: str, a, b, out, source: Optional[str], operands: dict) -> Tuple:
+    """A launch's key: the kernel, its shapes, strides and dtypes, its epilogue (~3 us here)."""
+    return (operator, arch, _sig(a, b, out, *operands.values()), source)
+
+
+def run_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[str], operands, stream, key=None) -> None:
     """``launch_cutlass`` past its device check.
 
     The operator, its compiled artifact and (without an epilogue) its arguments are built
@@ -86,7 +97,7 @@ def run_cutlass(operator: str, arch: str, a, b, out, epilogue_source: Optional[s
     altogether, once that direct call's first result has matched :func:`reference` (else the
     direct call is dropped for these shapes and the arguments stay in use).
     """
-    key = (operator, arch, _sig(a, b, out, *operands.values()), epilogue_source)
+    key = key or _key(operator, arch, a, b, out, epilogue_source, operands)
     direct = _direct.get(key)
     if direct is not None:
         if direct.checked:
@@ -355,11 +366,14 @@ def _what(source: Optional[str], operands: dict) -> str:
 
 def _launch(operator: str, arch: str, a, b, out, source: Optional[str], operands: dict) -> None:
     """``_launcher`` for one call; the first call per kernel, shapes and epilogue is checked."""
-    key = (operator, arch, _sig(a, b, out, *operands.values()), source)
+    key = _key(operator, arch, a, b, out, source, operands)
     verdict = _verdicts.get(key)
     if verdict:
         raise WrongResult(verdict)
-    _launcher(operator, arch, a, b, out, source, operands)
+    if _launcher is launch_cutlass:  # the key once per call, not twice
+        launch_cutlass(operator, arch, a, b, out, source, operands, key)
+    else:
+        _launcher(operator, arch, a, b, out, source, operands)
     if verdict is not None:
         return
     if out.is_cuda and torch.cuda.is_current_stream_capturing():

@@ -159,6 +159,22 @@ def test_later_calls_go_straight_to_the_compiled_function(fresh_runtime):
     assert direct.checked and direct.roles == ["a", "b", "out", "stream"] and direct.kwroles == {"mode": ("const", "tn")}
 
 
+def test_a_call_through_the_real_launcher_computes_its_key_once(fresh_runtime, monkeypatch):
+    """ptc_nvgemm_mm -> launch_cutlass -> run_cutlass -> the direct call, on the CPU (only the CUDA
+    stream is stood in for): the launch key (~3 us of host time) is built once per call."""
+    op = fresh_runtime(CallingOperator())
+    monkeypatch.setattr(runtime, "_stream_of", lambda operator, out: "stream")
+    keys = []
+    real = runtime._key
+    monkeypatch.setattr(runtime, "_key", lambda *args: keys.append(args[0]) or real(*args))
+    monkeypatch.setattr(runtime, "_verdicts", {})
+    for s in range(3):
+        a, b, out = _tensors(s)
+        runtime.ptc_nvgemm_mm(a, b, out=out, operator="op", arch="90a")
+        torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    assert keys == ["op"] * 3 and op.runs == 1 and len(op.fn_calls) == 3
+
+
 def test_an_argument_ptc_cannot_supply_keeps_the_operator_path(fresh_runtime):
     op = fresh_runtime(CallingOperator(view_b=True))
     for s in range(3):
