@@ -120,3 +120,35 @@ def test_gpu_benchmark_direct_pick_keeps_aten_unless_a_kernel_beats_it(epi):
     assert slow_aten["cutedsl_direct"] is False  # a stand-in launcher never reaches the compiled function
     assert fast_aten["ptc_direct"] == aten_total and fast_aten["ptc_direct_choice"] == ("aten+epilogue" if epi else "aten")
     assert fast_aten["cutedsl_best"] == 1.0  # the fastest kernel is still reported
+
+
+def test_gpu_benchmark_timer_issues_calls_back_to_back_and_reports_per_call(monkeypatch):
+    """time_cuda: events around `inner` calls in a row (the GPU never waits for a lone call's
+    host time), the median of the per-call times. CUDA events stood in for by a fake clock."""
+    bench = _gemm_benchmark()
+    clock, log = {"t": 0.0}, []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = clock["t"]
+            log.append("record")
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    monkeypatch.setattr(bench.torch.cuda, "Event", Event)
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    costs = iter([5.0] + [2.0] * 4 + [3.0] * 4 + [2.5] * 4)  # warm-up, then three samples of four calls
+
+    def fn():
+        clock["t"] += next(costs)
+        log.append("call")
+
+    assert bench.time_cuda(fn, reps=3, warmup=1, inner=4) == 2.5
+    assert log == ["call"] + (["record"] + ["call"] * 4 + ["record"]) * 3
