@@ -85,6 +85,11 @@ def test_gpu_benchmark_dry_run_plans_every_case(tmp_path):
     # the benchmark's own code ran on one small case, every column (kernels cannot launch: ATen kept)
     (row,) = json.loads((tmp_path / "results.json").read_text())["bench"]
     assert row["case"] == "m16n64k64+bias,silu" and row["aten"] > 0 and row["ptc"] > 0 and row["inductor"] > 0
+    # the graphed columns' code ran too (on the CPU the capture is stood in for by the call itself)
+    assert row["aten_graphed"] > 0 and row["ptc_graphed"] > 0 and row["inductor_graphed"] > 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["goal_graphed"]) == {"bias,silu"} and results["goal_graphed_met"] in (True, False)
+    assert "goal, graphed (ptc compiled vs aten" in (tmp_path / "results.md").read_text()
     assert row["ptc_direct_choice"] == "aten+epilogue" and row["cutedsl_best"] is None
     assert "mm+epilogue: ptc_reference_mm" in row["ptc_choice"]  # B200 fuses; the launch failed, ATen's GEMM won
 
@@ -152,3 +157,18 @@ def test_gpu_benchmark_timer_issues_calls_back_to_back_and_reports_per_call(monk
 
     assert bench.time_cuda(fn, reps=3, warmup=1, inner=4) == 2.5
     assert log == ["call"] + (["record"] + ["call"] * 4 + ["record"]) * 3
+
+
+def test_gpu_benchmark_a_failed_capture_is_a_noted_result_and_the_goal_says_not_measured(tmp_path):
+    bench = _gemm_benchmark()
+
+    def no_capture(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    assert bench.graphed_time(lambda: None, bench.time_cpu, no_capture) == (
+        None, "capture failed: RuntimeError: operation not permitted when stream is capturing")
+    row = {"case": "m1n8k8", "m": 1, "n": 8, "k": 8, "epilogue": "", "aten": 2.0, "ptc": 1.0,
+           "aten_graphed": 1.0, "ptc_graphed": None, "ptc_graphed_note": "capture failed: RuntimeError: x"}
+    assert bench.summarize([row], [], tmp_path, {}) is False  # per call: 2.0x, but no epilogue case measured
+    md = (tmp_path / "results.md").read_text()
+    assert "| capture failed: RuntimeError: x |" in md and "goal, graphed" in md and "NOT MEASURED" in md
