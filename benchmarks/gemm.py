@@ -291,6 +291,8 @@ def benchmark(target, log, budget_s, have_ptc, *, shapes=None, dev="cuda", timer
                     row[mode], row[f"{mode}_note"] = None, f"error: {type(e).__name__}: {e}"[:200]
         rows.append(row)
         ratios = {c: row["aten"] / row[c] for c in ("ptc", "ptc_direct", "cutedsl_best", "inductor", "nvgemm") if row.get(c)}
+        ratios.update({c: row["aten_graphed"] / row[c] for c in ("ptc_graphed", "inductor_graphed")
+                       if row.get(c) and row.get("aten_graphed")})
         log(f"bench {key:28} aten {row['aten']*1000:8.1f} us  " + "  ".join(f"{c} {r:5.2f}x" for c, r in ratios.items())
             + (f"  (best CuTeDSL call: {row['cutedsl_host_us']:.1f} us of host time)" if row.get("cutedsl_host_us") else "")
             + (f"  [ptc: {row.get('ptc_choice') or row.get('ptc_note')}]" if have_ptc else ""))
