@@ -65,14 +65,20 @@ def block_of(q_dtype: torch.dtype, scale_dtype: torch.dtype) -> int:
     return MODES[mode][0]
 
 
-def logical_k(q: torch.Tensor) -> int:
-    """Values per row of quantized ``q`` (twice its columns for packed fp4)."""
-    return q.shape[-1] * (2 if q.dtype == _dtype("float4_e2m1fn_x2") else 1)
+def logical_k(cols: int, q_dtype: torch.dtype) -> int:
+    """Values in a row of ``cols`` quantized elements of ``q_dtype`` (packed fp4: two per element)."""
+    return cols * (2 if q_dtype == _dtype("float4_e2m1fn_x2") else 1)
+
+
+def _tiled(rows: int, kb: int):
+    """``(rows, kb)`` rounded up to whole 128 x 4 tiles."""
+    return -(-rows // 128) * 128, -(-kb // 4) * 4
 
 
 def scale_count(rows: int, k: int, block: int) -> int:
     """Number of scales of a ``rows x k`` operand: ``round_up(rows, 128) * round_up(ceil(k / block), 4)``."""
-    return -(-rows // 128) * 128 * (-(-(-(-k // block)) // 4) * 4)
+    r, c = _tiled(rows, -(-k // block))
+    return r * c
 
 
 def swizzle(scales: torch.Tensor) -> torch.Tensor:
@@ -82,7 +88,7 @@ def swizzle(scales: torch.Tensor) -> torch.Tensor:
     Within a tile, the scale of row ``32 * i + j`` and column ``c`` sits at ``16 * j + 4 * i + c``;
     tiles follow each other row-tile-major."""
     rows, kb = scales.shape
-    r, c = -(-rows // 128) * 128, -(-kb // 4) * 4
+    r, c = _tiled(rows, kb)
     padded = torch.zeros((r, c), dtype=scales.dtype, device=scales.device)
     padded[:rows, :kb] = scales
     tiles = padded.view(r // 128, 4, 32, c // 4, 4)  # row tile, i, j, column tile, c
@@ -91,7 +97,7 @@ def swizzle(scales: torch.Tensor) -> torch.Tensor:
 
 def unswizzle(flat: torch.Tensor, rows: int, kb: int) -> torch.Tensor:
     """The ``rows x kb`` scales held in tiled layout ``flat`` (see :func:`swizzle`)."""
-    r, c = -(-rows // 128) * 128, -(-kb // 4) * 4
+    r, c = _tiled(rows, kb)
     if flat.numel() != r * c:
         raise ValueError(f"{flat.numel()} scales for {rows} rows of {kb} blocks; the tiled layout holds {r * c}")
     tiles = flat.reshape(r // 128, c // 4, 32, 4, 4)  # row tile, column tile, j, i, c
@@ -109,7 +115,7 @@ def unpack_fp4(q: torch.Tensor) -> torch.Tensor:
 def dequantize(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """``q * scale`` in float32, each scale repeated over its block of K (``rows x K``)."""
     block = block_of(q.dtype, scales.dtype)
-    rows, k = q.shape[0], logical_k(q)
+    rows, k = q.shape[0], logical_k(q.shape[-1], q.dtype)
     values = unpack_fp4(q) if q.dtype == _dtype("float4_e2m1fn_x2") else q.float()
     s = unswizzle(scales.reshape(-1), rows, -(-k // block)).float()
     return values * s.repeat_interleave(block, dim=1)[:, :k]

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from ptc.errors import FeatureUnavailable, PtcTypeError, PtcValueError
-from ptc.gemm import policy, runtime
+from ptc.gemm import blockscale, policy, runtime
 from ptc.gemm.candidates import Plan, plan
 from ptc.gemm.db import AutotuneDB, Key
 from ptc.gemm.problem import GemmProblem, dtype_name
@@ -144,9 +144,8 @@ def _scale_mode(a, b, s_a, s_b):
     itself, whose block scales are always in the tiled layout; ``_scaled_mm_v2`` names its
     scales' layout, and Inductor's lowering of it hands ATen's kernel the untiled ones.
     """
+    from torch._inductor.ir import is_contiguous_strides_for_shape
     from torch._inductor.virtualized import V
-
-    from ptc.gemm import blockscale
 
     size_a, size_b = _hints(a.get_size()), _hints(b.get_size())
     m, n = size_a[0], size_b[1]
@@ -167,22 +166,12 @@ def _scale_mode(a, b, s_a, s_b):
     if target is not torch.ops.aten._scaled_mm.default:
         return None, f"{mode} scales of {target}: ptc takes block scales from aten._scaled_mm only"
     block = blockscale.MODES[mode][0]
-    k = size_a[1] * (2 if mode == "block16" else 1)
+    k = blockscale.logical_k(size_a[1], a.get_dtype())
     want = [blockscale.scale_count(m, k, block), blockscale.scale_count(n, k, block)]
-    if numel != want or not all(_contiguous(s) for s in (s_a, s_b)):
+    if numel != want or not all(is_contiguous_strides_for_shape(s.get_stride(), s.get_size()) for s in (s_a, s_b)):
         return None, (f"{mode} scales of {numel[0]} and {numel[1]} elements: the tiled layout for "
                       f"m={m}, n={n}, k={k} holds {want[0]} and {want[1]}, contiguous")
     return mode, ""
-
-
-def _contiguous(node) -> bool:
-    size, stride = _hints(node.get_size()), _hints(node.get_stride())
-    expected = 1
-    for sz, st in reversed(list(zip(size, stride))):
-        if sz != 1 and st != expected:
-            return False
-        expected *= sz
-    return True
 
 
 class GemmSession:
@@ -389,7 +378,7 @@ class GemmSession:
         batch = size_a[0] if op == "bmm" else 1
         problem = GemmProblem(
             "scaled_mm" if op == "block_scaled_mm" else op, size_a[-2], size_b[-1],
-            size_a[-1] * (2 if a_dt == "e2m1x2" else 1), batch, a_dt, dtype_name(b.get_dtype()), out_dt,
+            blockscale.logical_k(size_a[-1], a.get_dtype()), batch, a_dt, dtype_name(b.get_dtype()), out_dt,
             _k_major_letter(a, "A") + _k_major_letter(b, "B"), scale,
         )
         if op == "block_scaled_mm" and problem.layout != "tn":
