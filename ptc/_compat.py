@@ -105,6 +105,75 @@ def dynamo_callback_getter():
     return eval_frame.get_eval_frame_callback
 
 
+@torch.compiler.assume_constant_result
+def dynamo_may_break_graph() -> bool:
+    """Whether the Dynamo trace running now may end its graph at the current call
+    and run that call in Python (a graph break).
+
+    False outside Dynamo and wherever Dynamo may not break the graph there:
+    ``fullgraph=True``, ``error_on_graph_break``, ``torch.export``, inside a
+    higher-order op's body, a ``try`` block or a context manager Dynamo cannot
+    resume. Dynamo runs this once while it traces (``assume_constant_result``)
+    and bakes the answer into that trace. It asks the tracer itself
+    (``InstructionTranslator.current_tx().should_compile_partial_graph()``);
+    where this torch lacks that, the answer is False.
+    """
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        from torch._dynamo.utils import _get_error_on_graph_break
+
+        tx = InstructionTranslator.current_tx()
+        return bool(
+            tx is not None
+            and not tx.one_graph
+            and not _get_error_on_graph_break()
+            and tx.should_compile_partial_graph()
+        )
+    except (ImportError, AttributeError):  # not tracing (no current tx), or another tracer API
+        return False
+
+
+@_probe
+def compile_source_lists() -> bool:
+    """torch.compile takes lists of sources to make dynamic or unbacked (torch.compiler.config.dynamic_sources, unbacked_sources)."""
+    config = torch.compiler.config
+    return hasattr(config, "dynamic_sources") and hasattr(config, "unbacked_sources")
+
+
+class _SourceLists:
+    """Appends entries to ``torch.compiler.config`` source lists on enter, puts the old values back on exit."""
+
+    def __init__(self, changes) -> None:
+        self.changes = changes  # {config name: entries to append}
+        self.prior = {}
+
+    def __enter__(self) -> None:
+        config = torch.compiler.config
+        for name, extra in self.changes.items():
+            self.prior[name] = old = getattr(config, name)
+            setattr(config, name, ",".join(([old] if old else []) + list(extra)))
+
+    def __exit__(self, *exc) -> None:
+        config = torch.compiler.config
+        for name, old in self.prior.items():
+            setattr(config, name, old)
+        self.prior = {}
+
+
+def symbolic_int_sources(*, dynamic=(), unbacked=()):
+    """A context in which Dynamo makes the ints at the given sources (regexes of
+    source names such as ``L\\['n'\\]$``) backed-dynamic or unbacked symbols from
+    the first compile, appended to whatever ``torch.compiler.config`` lists
+    already hold and restored on exit. A no-op without sources, or where torch
+    has no such lists (those ints then follow torch's automatic dynamic)."""
+    import contextlib
+
+    changes = {name: list(extra) for name, extra in (("dynamic_sources", dynamic), ("unbacked_sources", unbacked)) if extra}
+    if not changes or not compile_source_lists():
+        return contextlib.nullcontext()
+    return _SourceLists(changes)
+
+
 def size_oblivious_tracing():
     """A context in which tracers treat backed sizes without assuming they are >= 2
     (torch.fx.experimental._config.backed_size_oblivious), so an exported program

@@ -8,11 +8,20 @@ import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.utils._pytree as pytree
 
 from ptc import _compat
 from ptc.errors import PtcTypeError, SpecError
 from ptc.specs.binding import BoundSpec
-from ptc.specs.lowering import apply_marks, dynamic_shapes, needs_runtime_asserts, restore_marks, to_native
+from ptc.specs.lowering import (
+    begin_compiled_call,
+    dynamic_shapes,
+    end_compiled_call,
+    needs_runtime_asserts,
+    restore_attributes,
+    snapshot_attributes,
+    to_native,
+)
 from ptc.specs.spec import Spec
 
 __all__ = ["dynamic_spec", "export", "spec_of", "check"]
@@ -40,19 +49,42 @@ def dynamic_spec(
             return original_f(*args, **kwargs)
 
     Under ``torch.compile(f)`` the check runs in plain Python before the
-    compiled frame (a violation never reaches Dynamo, so it never recompiles),
-    the call's tensors are marked dynamic per the spec's variable kinds, and
-    the compiled graph receives the ranges and relations as facts. Under
-    ``ptc.specs.export`` the spec becomes ``dynamic_shapes`` plus runtime
-    assertions; under ``make_fx(tracing_mode="symbolic")`` the facts apply.
+    compiled frame (a violation never reaches Dynamo, so it never recompiles);
+    the call's tensors are marked per the spec's variable kinds, its scalar int
+    arguments are backed or unbacked symbols per theirs in the frame ptc
+    compiles for the call (``"auto"``: torch's automatic dynamic; past a graph
+    break inside the function, its own frames see ints as torch does), and the
+    compiled graph receives the ranges and relations as facts. The marks last
+    exactly as long as the call: afterwards, raising or not, every input
+    tensor's ``__dict__`` is what it was before (torch's marks and any
+    ``_dynamo_*`` stamp undone; an attribute the function itself sets on an
+    input stays, as in eager) and torch's config is unchanged, so other
+    compiled functions see the tensors as if ptc never had.
+    Under ``ptc.specs.export`` the spec becomes ``dynamic_shapes`` plus runtime
+    assertions (the example tensors keep their attributes there too); under
+    ``make_fx(tracing_mode="symbolic")`` the facts apply.
     Keys are bound to the signature (``inspect.signature``, which follows
     ``functools.wraps``); a key that names no parameter is a ``SpecError`` at
     decoration time. On an ``nn.Module`` class the spec describes ``forward``
     (``"self"`` may describe attributes of the module).
 
-    When the decorated function is itself inlined into a larger compiled
-    function, only the facts apply (the boundary check runs where the
-    decorated function is the entry point).
+    Called inside a larger compiled function (a wrapper, a helper, another
+    spec's function, a model's ``forward``), the decorated call keeps the same
+    contract: Dynamo ends the caller's graph at the call (a graph break; the
+    call goes through ``torch.compiler.disable(..., recursive=False)``), so the
+    call runs as an entry point: checked in plain Python (a ``SpecViolation``
+    with the eager message, compiling nothing for the decorated function), its
+    body compiled as its own frame, dynamic per the spec from the first call.
+    The caller's frame guards the arguments it passes like any frame that
+    breaks its graph at a call, so a size it has not seen, valid or not, may
+    recompile the caller's part before the call; and a spec'd function that
+    calls another one compiles as separate graphs around that call (the outer
+    facts are stated in the graph before it, the marks hold throughout). Where Dynamo may not break the
+    graph (``fullgraph=True``, ``error_on_graph_break``, ``torch.export``, the
+    body of a higher-order op, a ``try`` block; see
+    ``_compat.dynamo_may_break_graph``) the call is inlined and only the facts
+    apply: the caller's graph knows the ranges and relations, and a violating
+    call fails inside Dynamo's trace.
     """
     if isinstance(params, Spec):
         if by_name or assumptions or unspecified != "auto":
@@ -92,36 +124,33 @@ def check(obj: Any, *args: Any, **kwargs: Any) -> None:
 # ptc function it calls while a compile is active must run with Dynamo disabled,
 # or Dynamo would compile that helper as a frame of its own.
 _dynamo_callback = _compat.dynamo_callback_getter()
-
-
-def _check_and_mark(bound: BoundSpec, args, kwargs):
-    tensors, unmentioned = bound.checker(*args, **kwargs)
-    return apply_marks(bound, tensors, unmentioned)
-
-
-_check_and_mark_outside_dynamo = torch._dynamo.disable(_check_and_mark)
-_restore_outside_dynamo = torch._dynamo.disable(restore_marks)
+_begin_outside_dynamo = torch._dynamo.disable(begin_compiled_call)
+_end_outside_dynamo = torch._dynamo.disable(end_compiled_call)
 
 
 def _decorate_function(fn: Callable, spec: Spec) -> Callable:
     bound = BoundSpec(spec, fn)
-    checker, facts = bound.checker, bound.facts
+    checker, facts, enter = bound.checker, bound.facts, bound.enter
 
     @functools.wraps(fn)
     def with_spec(*args, **kwargs):
         if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+            if _compat.dynamo_may_break_graph():
+                return at_boundary(*args, **kwargs)  # graph break: runs as an entry point
             _refuse_static_export(bound, args, kwargs)  # traced: values are symbolic
             return facts(*args, **kwargs)
         if _dynamo_callback() is None:  # plain eager
             checker(*args, **kwargs)
             return fn(*args, **kwargs)
-        marked = _check_and_mark_outside_dynamo(bound, args, kwargs)
+        state = _begin_outside_dynamo(bound, args, kwargs)
         try:
-            return facts(*args, **kwargs)  # Dynamo compiles this frame
+            return enter(*args, **kwargs)  # Dynamo compiles the spec's body frame
         finally:
-            _restore_outside_dynamo(marked)
+            _end_outside_dynamo(state)
 
+    at_boundary = torch.compiler.disable(with_spec, recursive=False)
     _compat.skip_frame(with_spec.__code__)
+    _compat.skip_frame(enter.__code__)
     setattr(with_spec, _SPEC_ATTR, bound)
     return with_spec
 
@@ -129,21 +158,23 @@ def _decorate_function(fn: Callable, spec: Spec) -> Callable:
 def _decorate_module(cls: type, spec: Spec) -> type:
     forward = cls.forward
     self_param = next(iter(inspect.signature(forward).parameters), None)
-    bound = BoundSpec(spec, forward, self_param=self_param)
-    checker, facts = bound.checker, bound.facts
     module_call = torch.nn.Module.__call__
+    bound = BoundSpec(spec, forward, self_param=self_param, boundary_call=module_call)
+    checker, facts, enter = bound.checker, bound.facts, bound.enter
 
     def __call__(self, *args, **kwargs):
         if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+            if _compat.dynamo_may_break_graph():
+                return at_boundary(self, *args, **kwargs)
             return module_call(self, *args, **kwargs)
         if _dynamo_callback() is None:
             checker(self, *args, **kwargs)
             return module_call(self, *args, **kwargs)
-        marked = _check_and_mark_outside_dynamo(bound, (self,) + args, kwargs)
+        state = _begin_outside_dynamo(bound, (self,) + args, kwargs)
         try:
-            return module_call(self, *args, **kwargs)
+            return enter(self, *args, **kwargs)  # the body frame calls module_call
         finally:
-            _restore_outside_dynamo(marked)
+            _end_outside_dynamo(state)
 
     @functools.wraps(forward)
     def forward_with_facts(self, *args, **kwargs):
@@ -152,7 +183,9 @@ def _decorate_module(cls: type, spec: Spec) -> type:
             return facts(self, *args, **kwargs)
         return forward(self, *args, **kwargs)
 
+    at_boundary = torch.compiler.disable(__call__, recursive=False)
     _compat.skip_frame(__call__.__code__)
+    _compat.skip_frame(enter.__code__)
     cls.__call__ = __call__
     cls.forward = forward_with_facts
     setattr(cls, _SPEC_ATTR, bound)
@@ -243,6 +276,7 @@ def export(
     shapes = export_dynamic_shapes(obj, args, kwargs)
     module = obj if isinstance(obj, torch.nn.Module) else _function_module(obj, bound)
     small_sizes = any(v.min <= 1 for v in bound.spec.vars)
+    saved = snapshot_attributes(pytree.tree_leaves((list(args), kwargs)))  # export rewrites their marks
     _EXPORTING_WITH_SPEC[0] = True
     try:
         with _compat.size_oblivious_tracing() if small_sizes else contextlib.nullcontext():
@@ -256,6 +290,7 @@ def export(
             )
     finally:
         _EXPORTING_WITH_SPEC[0] = False
+        restore_attributes(saved)
 
 
 def native_spec(obj: Any) -> Any:

@@ -4,7 +4,7 @@ Binding happens once, at decoration. It resolves spec keys to parameters
 (``*args``/``**kwargs``/``self`` included; unknown keys are a ``SpecError``),
 orders the work (bind each variable where it first appears as a bare dim,
 solve variables that appear only inside expressions, then check the rest),
-and generates two Python functions with the user's own signature:
+and generates Python functions with the user's own signature:
 
 * the **checker** runs before every eager or compiled call on the real
   values. It is straight-line code on ints (no sympy), and raises
@@ -13,6 +13,15 @@ and generates two Python functions with the user's own signature:
 * the **facts** function runs inside traced code (Dynamo, export, make_fx):
   it states every range, relation and assumption as ``torch._check`` on the
   symbolic sizes, then calls the user's function.
+* the **enter** function is what a compiled call runs at the boundary: the
+  facts, then the boundary's own call (the function, or ``nn.Module.__call__``
+  for a module).
+
+Facts and enter both forward to one body taking the same arguments under
+names unique to this spec (``_ptc7_x``); the body is the frame Dynamo compiles
+at the boundary, and ``int_sources`` names its scalar int leaves as Dynamo
+spells their sources (``L['_ptc7_n']``), with their kinds. No other frame has
+those names, so naming them to Dynamo affects this spec's frame only.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import difflib
 import inspect
 import linecache
 import itertools
+import re
 from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -89,7 +99,14 @@ def _no_tensors(value: Any, path: str) -> None:
 class BoundSpec:
     """A Spec bound to one signature: the checker, the facts function and the plans."""
 
-    def __init__(self, spec: Spec, fn: Callable, *, self_param: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        fn: Callable,
+        *,
+        self_param: Optional[str] = None,
+        boundary_call: Optional[Callable] = None,
+    ) -> None:
         self.spec = spec
         self.fn = fn
         try:
@@ -108,7 +125,11 @@ class BoundSpec:
             for p in self.param_names
             if p not in self.key_to_param.values() and p != self.key_to_param.get("self", self_param)
         ]
-        self.checker, self.facts, self.traced_leaves = self._generate()
+        # (regex of a scalar int leaf's Dynamo source in the body frame, "backed" | "unbacked")
+        self.int_sources: List[Tuple[str, str]] = []
+        self.checker, self.facts, self.enter, self.traced_leaves = self._generate(
+            fn if boundary_call is None else boundary_call
+        )
 
     # -- keys ------------------------------------------------------------------
 
@@ -139,10 +160,14 @@ class BoundSpec:
 
     # -- code generation ---------------------------------------------------------
 
-    def _generate(self):
-        sig_src, call_src, defaults = _signature_source(self.signature)
+    def _generate(self, boundary_call: Callable):
+        file_id = next(_file_ids)
+        sig_src, defaults = _signature_source(self.signature)
+        body_params, forward_args, body_call = _body_source(self.signature, f"_ptc{file_id}_")
+        body_local = dict(zip(self.param_names, body_params))
         check = _Lines()
         facts = _Lines()
+        leaves = _Lines()
         var_name = {v: f"_ptc_v{v.uid}" for v in self.spec.vars}
         bound: Dict[Var, None] = {}
         pending: List[Tuple[str, str, str, sympy.Expr]] = []  # (dim local, facts access, text, expr)
@@ -183,20 +208,23 @@ class BoundSpec:
         # 1. leaves: types, ranks, fixed dims, bare variables
         for i, leaf in enumerate(self.leaves):
             param = self.key_to_param[leaf.param]
-            access, faccess = param, param
+            access, faccess, laccess = param, body_local[param], param
             text = leaf.param if leaf.param not in ("*args", "**kwargs") else param
             for step in leaf.steps:
                 if step.kind == "key":
                     access = f"_ptc_get({access}, {step.key!r}, {text!r})"
                     faccess = f"_ptc_get_traced({faccess}, {step.key!r})"
+                    laccess = f"_ptc_get_traced({laccess}, {step.key!r})"
                     text = f"{text}.{step.key}" if isinstance(step.key, str) and step.key.isidentifier() else f"{text}[{step.key!r}]"
                 else:
                     access = f"_ptc_index({access}, {step.key}, {text!r})"
                     faccess = f"{faccess}[{step.key}]"
+                    laccess = f"{laccess}[{step.key}]"
                     text = f"{text}[{step.key}]"
             t = f"_ptc_t{i}"
             check.add(f"{t} = {access}")
             facts.add(f"{t} = {faccess}")
+            leaves.add(f"{t} = {laccess}")
             if leaf.is_tensor:
                 dims = leaf.spec.dims
                 tensor_locals.append(t)
@@ -238,6 +266,10 @@ class BoundSpec:
                     f"if type({t}) is not int: "
                     + fail(lambda val, b, x=text, s=d: f"{x} must be an int (spec {s}), got {type(val).__name__}", t)
                 )
+                kind = _int_kind(d)
+                source = _source_pattern(body_local[param], leaf.steps)
+                if kind is not None and source is not None:
+                    self.int_sources.append((source, kind))
                 if isinstance(d, Var):
                     bind_or_compare(t, t, text, d)
                 elif isinstance(d, int):
@@ -330,12 +362,7 @@ class BoundSpec:
                 check.add(f"_ptc_no_tensors({p}, {p!r})")
         unmentioned = ", ".join(self.unmentioned)
         check.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''}), ({unmentioned}{',' if self.unmentioned else ''})")
-        facts.add(f"return _ptc_fn({call_src})")
-        leaves = _Lines()
-        for line in facts.lines:
-            stripped = line.strip()
-            if stripped.startswith("_ptc_t") and " = " in stripped:
-                leaves.add(stripped)
+        facts.add(f"return _ptc_target({body_call})")
         leaves.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''})")
 
         namespace = {
@@ -347,18 +374,22 @@ class BoundSpec:
             "_ptc_no_tensors": _no_tensors,
             "_ptc_check": torch._check,
             "_ptc_fn": self.fn,
+            "_ptc_call": boundary_call,
             **defaults,
         }
+        body_args = ", ".join(["_ptc_target"] + body_params)
         source = (
             f"def _ptc_checker({sig_src}):\n{check.text()}\n\n"
-            f"def _ptc_facts({sig_src}):\n{facts.text()}\n\n"
+            f"def _ptc_body({body_args}):\n{facts.text()}\n\n"
+            f"def _ptc_facts({sig_src}):\n    return _ptc_body({', '.join(['_ptc_fn'] + forward_args)})\n\n"
+            f"def _ptc_enter({sig_src}):\n    return _ptc_body({', '.join(['_ptc_call'] + forward_args)})\n\n"
             f"def _ptc_leaves({sig_src}):\n{leaves.text()}\n"
         )
-        filename = f"<ptc.specs {_name(self.fn)} #{next(_file_ids)}>"
+        filename = f"<ptc.specs {_name(self.fn)} #{file_id}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - generated from the spec
         self.source = source
-        return namespace["_ptc_checker"], namespace["_ptc_facts"], namespace["_ptc_leaves"]
+        return namespace["_ptc_checker"], namespace["_ptc_facts"], namespace["_ptc_enter"], namespace["_ptc_leaves"]
 
     def _fail(self, k: int, value: Any, bindings: Dict[str, int]) -> None:
         raise SpecViolation(self._fail_messages[k](value, bindings))
@@ -408,9 +439,9 @@ def _name(fn: Callable) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _signature_source(sig: inspect.Signature) -> Tuple[str, str, Dict[str, Any]]:
-    """(parameter list source, forwarding call source, default values namespace)."""
-    params, call, defaults = [], [], {}
+def _signature_source(sig: inspect.Signature) -> Tuple[str, Dict[str, Any]]:
+    """(parameter list source, default values namespace)."""
+    params, defaults = [], {}
     saw_kw_marker = False
     positional_only = False
     for i, (name, p) in enumerate(sig.parameters.items()):
@@ -428,17 +459,65 @@ def _signature_source(sig: inspect.Signature) -> Tuple[str, str, Dict[str, Any]]
             default = f"=_ptc_default{i}"
         if p.kind is p.VAR_POSITIONAL:
             params.append(f"*{name}")
-            call.append(f"*{name}")
             saw_kw_marker = True
         elif p.kind is p.VAR_KEYWORD:
             params.append(f"**{name}")
-            call.append(f"**{name}")
-        elif p.kind is p.KEYWORD_ONLY:
-            params.append(f"{name}{default}")
-            call.append(f"{name}={name}")
         else:
             params.append(f"{name}{default}")
-            call.append(name)
     if positional_only:
         params.append("/")
-    return ", ".join(params), ", ".join(call), defaults
+    return ", ".join(params), defaults
+
+
+def _body_source(sig: inspect.Signature, prefix: str) -> Tuple[List[str], List[str], str]:
+    """How the user's signature forwards to the body: (the body's parameter names,
+    one per user parameter and each ``prefix + name``; the arguments passing the
+    user's parameters to it, in order; the body's call of the target with the
+    user's calling convention restored)."""
+    body_params, forward_args, call = [], [], []
+    for name, p in sig.parameters.items():
+        local = prefix + name
+        body_params.append(local)
+        forward_args.append(name)
+        if p.kind is p.VAR_POSITIONAL:
+            call.append(f"*{local}")
+        elif p.kind is p.VAR_KEYWORD:
+            call.append(f"**{local}")
+        elif p.kind is p.KEYWORD_ONLY:
+            call.append(f"{name}={local}")
+        else:
+            call.append(local)
+    return body_params, forward_args, ", ".join(call)
+
+
+def _int_kind(d: Any) -> Optional[str]:
+    """The kind a scalar int leaf takes in the compiled frame: ``"unbacked"`` if any
+    of its variables is unbacked, else ``"backed"`` if any is backed, else None
+    (a fixed int, or torch's automatic dynamic for ``"auto"``)."""
+    if isinstance(d, int) or d is STATIC:
+        return None
+    kinds = {v.shape_kind for v in _vars_of(d)}
+    for kind in ("unbacked", "backed"):
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _source_pattern(local: str, steps: Sequence[Any]) -> Optional[str]:
+    """A regex matching exactly Dynamo's name for the leaf at ``steps`` under the
+    frame local ``local`` (``L['_ptc7_cfg']['n']``, ``L['_ptc7_cfg'].n``,
+    ``L['_ptc7_args'][0]``); None where a key could not be written in torch's
+    comma-separated source lists."""
+    pattern = re.escape(f"L[{local!r}]")
+    for step in steps:
+        if step.kind == "key":
+            if isinstance(step.key, str) and step.key.isidentifier():
+                pattern += f"({re.escape(f'[{step.key!r}]')}|{re.escape('.' + step.key)})"
+            else:
+                text = f"[{step.key!r}]"
+                if "," in text or any(c.isspace() for c in text):
+                    return None
+                pattern += re.escape(text)
+        else:
+            pattern += re.escape(f"[{step.key}]")
+    return pattern + "$"

@@ -1,10 +1,13 @@
 """From a bound spec to what each consumer needs.
 
 * ``torch.compile``: ``mark_dynamic`` / ``mark_unbacked`` / ``maybe_mark_dynamic``
-  / ``mark_static`` on the real tensors of the call, applied just before the
-  compiled frame runs and removed right after (so they never leak to other
-  functions that later see the same tensors); the facts function states the
-  relations inside the graph.
+  / ``mark_static`` on the real tensors of the call, and the spec's backed and
+  unbacked scalar ints named in ``torch.compiler.config``'s
+  ``dynamic_sources`` / ``unbacked_sources``, applied just before the compiled
+  frame runs and undone right after, raising or not: every input tensor's
+  ``__dict__`` and the config are then exactly as before, so other functions
+  that later see the same tensors never see a trace of ptc. The facts function
+  states the relations inside the graph.
 * ``torch.export``: a ``dynamic_shapes`` structure (one ``Dim`` per variable
   with its range, derived ``Dim``s for increasing linear expressions,
   ``Dim.AUTO`` for the rest), exported with deferred runtime asserts so the
@@ -15,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping as MappingABC
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import sympy
 import torch
@@ -28,25 +31,60 @@ from ptc.specs.expr import solve_linear, to_python
 from ptc.specs.spec import Leaf, TensorSpec, _vars_of
 from ptc.specs.variables import STATIC, Var
 
-__all__ = ["apply_marks", "restore_marks", "dynamic_shapes", "needs_runtime_asserts", "to_native"]
+__all__ = [
+    "begin_compiled_call",
+    "end_compiled_call",
+    "apply_marks",
+    "snapshot_attributes",
+    "restore_attributes",
+    "dynamic_shapes",
+    "needs_runtime_asserts",
+    "to_native",
+]
 
 
-def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[Any]) -> List[tuple]:
-    """Mark the call's tensors for Dynamo; returns what ``restore_marks`` needs."""
+def begin_compiled_call(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any]) -> tuple:
+    """Check a call, then prepare its compiled frame; ``end_compiled_call`` undoes it.
+
+    Raises ``SpecViolation`` before changing anything. Then it snapshots every
+    input tensor (``snapshot_attributes``), marks the tensors per the spec's
+    kinds and names the spec's backed and unbacked scalar ints to Dynamo for
+    the body frame (``BoundSpec.int_sources``, whose names are unique to this
+    spec, so no other frame matches them).
+    """
+    tensors, unmentioned = bound.checker(*args, **kwargs)
+    saved = snapshot_attributes(list(tensors) + pytree.tree_leaves((list(args), kwargs)))
+    sources = _compat.symbolic_int_sources(
+        dynamic=[s for s, kind in bound.int_sources if kind == "backed"],
+        unbacked=[s for s, kind in bound.int_sources if kind == "unbacked"],
+    )
+    try:
+        apply_marks(bound, tensors, unmentioned)
+        marked = snapshot_attributes([t for t, _, _ in saved])
+        sources.__enter__()
+    except BaseException:
+        restore_attributes(saved)
+        raise
+    return saved, marked, sources
+
+
+def end_compiled_call(state: tuple) -> None:
+    """Undo ``begin_compiled_call``: the config as it was, every input tensor's marks as they were."""
+    saved, marked, sources = state
+    try:
+        sources.__exit__(None, None, None)
+    finally:
+        restore_attributes(saved, marked)
+
+
+def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[Any]) -> None:
+    """Mark the call's tensors for Dynamo per the spec's kinds (and policy for unmentioned ones)."""
     from torch._dynamo import decorators as d
-
-    touched: Dict[int, tuple] = {}
-
-    def remember(t: torch.Tensor) -> None:
-        if id(t) not in touched:
-            saved = {k: _copy(v) for k, v in vars(t).items() if k.startswith("_dynamo_")}
-            touched[id(t)] = (t, saved)
 
     for leaf_index, dim, action, hint in bound.marks:
         if action == "auto":
             continue
         t = tensors[leaf_index]
-        remember(t)
         hinted = {} if hint is None else {"hint_override": hint}
         if action == "unbacked":
             d.mark_unbacked(t, dim, **hinted)
@@ -59,23 +97,79 @@ def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[
     if bound.spec.unspecified == "static":
         for t in pytree.tree_leaves(list(unmentioned)):
             if isinstance(t, torch.Tensor):
-                remember(t)
                 for dim in range(t.dim()):
                     d.mark_static(t, dim)
-    return list(touched.values())
 
 
-def restore_marks(touched: List[tuple]) -> None:
-    """Put back the Dynamo marks the tensors had before ``apply_marks``."""
-    for t, saved in touched:
-        for k in [k for k in vars(t) if k.startswith("_dynamo_")]:
+def snapshot_attributes(values: Sequence[Any]) -> List[tuple]:
+    """The Python attributes (``vars(t)``) of every tensor in ``values``, for ``restore_attributes``.
+
+    The whole ``__dict__`` is kept, not a list of names: torch's marking
+    functions set ``_dynamo_*`` attributes, ``_has_dynamo_dim_marking`` and
+    ``_specialize_on``, and update sets and dicts already there in place, and
+    a compiled call may stamp more (AOTAutograd's propagated dynamic dims on an
+    input returned as an output). The snapshot holds each value and, for a set,
+    dict or list, a copy of its contents.
+    """
+    out, seen = [], set()
+    for t in values:
+        if not isinstance(t, torch.Tensor) or id(t) in seen:
+            continue
+        seen.add(id(t))
+        attrs = dict(getattr(t, "__dict__", {}))
+        contents = {k: v.copy() for k, v in attrs.items() if isinstance(v, (set, dict, list))}
+        out.append((t, attrs, contents))
+    return out
+
+
+#: the attributes torch's marking functions and compiled calls set on tensors (besides ``_dynamo_*``)
+TORCH_TENSOR_ATTRS = frozenset({"_has_dynamo_dim_marking", "_specialize_on"})
+
+
+def _torch_owned(name: str) -> bool:
+    return name.startswith("_dynamo_") or name in TORCH_TENSOR_ATTRS
+
+
+def _changed(before: tuple, after: tuple, name: str) -> bool:
+    """Whether attribute ``name`` differs between two snapshots of one tensor."""
+    _, attrs0, contents0 = before
+    _, attrs1, contents1 = after
+    v0, v1 = attrs0.get(name, _MISSING), attrs1.get(name, _MISSING)
+    return v0 is not v1 or contents0.get(name, _MISSING) != contents1.get(name, _MISSING)
+
+
+def restore_attributes(saved: List[tuple], marked: Optional[List[tuple]] = None) -> None:
+    """Make each tensor's ``__dict__`` equal to its snapshot again: attributes added
+    since are removed, replaced ones put back (the same objects), and sets, dicts
+    and lists changed in place get their old contents back.
+
+    With ``marked`` (a snapshot taken right after ptc marked the tensors), only
+    what ptc's marks changed and torch's own attributes (``_dynamo_*``,
+    :data:`TORCH_TENSOR_ATTRS`) are restored: an attribute the user's function
+    set on its input during the call stays, as it does in eager.
+    """
+    for i, (t, attrs, contents) in enumerate(saved):
+        current = getattr(t, "__dict__", {})
+
+        def ours(k, i=i):
+            return marked is None or _torch_owned(k) or _changed(saved[i], marked[i], k)
+
+        for k in [k for k in current if k not in attrs and ours(k)]:
             delattr(t, k)
-        for k, v in saved.items():
-            setattr(t, k, v)
+        for k, v in attrs.items():
+            if not ours(k):
+                continue
+            if current.get(k, _MISSING) is not v:
+                setattr(t, k, v)
+            if k in contents and v != contents[k]:
+                if isinstance(v, list):
+                    v[:] = contents[k]
+                else:
+                    v.clear()
+                    v.update(contents[k])
 
 
-def _copy(value: Any) -> Any:
-    return value.copy() if isinstance(value, (set, dict, list)) else value
+_MISSING = object()
 
 
 # --- export ---------------------------------------------------------------------

@@ -27,12 +27,19 @@ class Var(sympy.Symbol):
         name: what error messages and graphs call it.
         min, max: the inclusive range (``max=None``: unbounded above).
         kind: how traced code sees it.
-            ``"backed"`` (default): a symbol with a concrete hint; code may branch
-            on it (guard, recompile); sizes 0 and 1 get their own graph, as in
-            torch. ``"unbacked"``: one graph for every size including 0 and 1;
-            code may not branch on it. ``"auto"``: torch's automatic dynamic
-            (static first, dynamic once it changes). ptc checks ranges and
-            relations for every kind before the call.
+            ``"backed"`` (default): a symbol with a concrete hint from the first
+            compiled call; code may branch on it (guard, recompile); tensor sizes
+            0 and 1 get their own graph, as in torch (a scalar int does not).
+            ``"unbacked"``: one graph for every value including 0 and 1; code
+            may not branch on it. ``"auto"``: torch's automatic dynamic (static
+            first, dynamic once it changes). ptc checks ranges and relations for
+            every kind before the call. Tensor strides are guarded as torch
+            models them: the stride of a dim of a contiguous tensor is the
+            product of the sizes after it, except where one of those is 0 (the
+            real stride is then ``max(1, ...)``). So a call in which some dims
+            after the first are unbacked and 0 compiles one more graph for that
+            set of zero dims, which later calls with the same zero dims reuse;
+            leading dims of 0 and sizes of 1 stay in the one graph.
         hint: a typical value, used where a tracer needs an example size.
 
     The attributes are ``name``, ``min``, ``max``, ``shape_kind`` (sympy owns

@@ -36,6 +36,7 @@ GROUND_TRUTH = {
         "NATIVE_RECONFIGURE": False,
         "GLOO_RECONFIGURE": False,
         "PROCESS_GROUP_HOOKS": False,
+        "COMPILE_SOURCE_LISTS": True,
     },
     "2.14.1": {
         "NATIVE_SWITCH_HOP": True,
@@ -65,6 +66,7 @@ GROUND_TRUTH = {
         "NATIVE_RECONFIGURE": True,
         "GLOO_RECONFIGURE": True,
         "PROCESS_GROUP_HOOKS": True,
+        "COMPILE_SOURCE_LISTS": True,
     },
 }
 RELEASE = torch.__version__.split("+")[0]
