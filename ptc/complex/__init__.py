@@ -15,6 +15,8 @@ cross zero-copy), and a graph that is only library kernels plus at most one
 other op runs as it is, on eager's kernels (nothing to fuse, no wrapper cost;
 ``backend(library_graphs="compile")`` compiles it anyway); ops that raise for complex in eager raise the same way; ops
 without a rule run on their ATen kernel. ``coverage()`` lists which is which.
+A graph ptc fails to compile is compiled by stock Inductor instead, with the
+reason logged (see :class:`ComplexBackend`).
 """
 
 from ptc.complex.backend import ComplexBackend, backend, compile, config_patches, decompositions

@@ -47,12 +47,14 @@ with a warm cache: the benchmark's (f) first call 16-20 s -> 5-6 s, (a)
 from __future__ import annotations
 
 import functools
+import logging
 import warnings
 from typing import Any, Callable, Dict, Optional
 
 import torch
 
 from ptc.complex import rules as _rules
+from ptc.complex import workarounds as _workarounds
 from ptc.complex.codegen import (
     cache_key,
     full_width_loads,
@@ -66,6 +68,7 @@ from ptc.complex.pair import is_paired
 from ptc.complex.rewrite import Report, rewrite
 
 aten = torch.ops.aten
+log = logging.getLogger("ptc.complex")
 
 __all__ = ["ComplexBackend", "backend", "compile", "decompositions", "config_patches"]
 
@@ -134,6 +137,7 @@ def _table(version: int) -> Dict:
     for op in KEEP_WHOLE:
         if op in table:
             table[op] = _keep_for_complex(table[op])
+    table.update(_workarounds.DECOMPOSITIONS)
     return table
 
 
@@ -223,16 +227,25 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
     Graphs without complex values are never library-bound here: they
     compile exactly as with stock Inductor.
     """
+    return library_bound_compute(gm, example_inputs) is not None
+
+
+def library_bound_compute(gm: torch.fx.GraphModule, example_inputs) -> Optional[list]:
+    """The ATen ops besides library kernels and views (at most one) of a library-bound graph; None if it is not one.
+
+    See :func:`library_bound`.
+    """
     if not any(
         isinstance(v, torch.Tensor) and v.is_complex()
         for n in gm.graph.nodes
         for v in torch.utils._pytree.tree_leaves(n.meta.get("example_value"))
     ):
-        return False
+        return None
     traced = _aten_graph(gm, example_inputs)
     if traced is None:
-        return False
-    library = compute = 0
+        return None
+    library = 0
+    compute = []
     has_complex = False
     for node in traced.graph.nodes:
         val = node.meta.get("val")
@@ -241,12 +254,12 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if node.target in _rules.LIBRARY_RULES:
-            return False  # ptc runs it faster than eager does (a GEMV as a one-column GEMM)
+            return None  # ptc runs it faster than eager does (a GEMV as a one-column GEMM)
         if node.target in _LIBRARY_SET:
             library += 1
         elif node.target.overloadpacket.__name__ not in _FREE:
-            compute += 1
-    return has_complex and library >= 1 and compute <= 1
+            compute.append(str(node.target).replace("aten.", "", 1))
+    return compute if has_complex and library >= 1 and len(compute) <= 1 else None
 
 
 _LIBRARY_SET = set(_rules.LIBRARY)
@@ -261,6 +274,13 @@ class ComplexBackend:
     ``library_graphs="eager"`` (the default) runs library-bound Dynamo graphs
     (:func:`library_bound`) as they are, on their eager kernels;
     ``"compile"`` sends them through AOTAutograd and Inductor like any other.
+
+    A graph ptc fails to compile (a rule, the rewrite, or Inductor on the
+    rewritten graph raises) is compiled by stock Inductor instead, exactly as
+    ``torch.compile(f)`` would: per AOT graph (forward, backward) where the
+    failure is in that graph's compile, else per Dynamo graph. Each time the
+    reason goes to the ``ptc.complex`` logger (a warning) and to
+    ``report.stock_graphs``. ``strict=True`` raises instead (for tests of ptc itself).
     """
 
     def __init__(
@@ -270,6 +290,7 @@ class ComplexBackend:
         inductor: bool = True,
         options: Optional[Dict[str, Any]] = None,
         library_graphs: str = "eager",
+        strict: bool = False,
     ) -> None:
         if library_graphs not in ("eager", "compile"):
             from ptc.errors import PtcValueError
@@ -279,12 +300,29 @@ class ComplexBackend:
         self.inductor = inductor
         self.options = dict(options or {})
         self.library_graphs = library_graphs
+        self.strict = strict
         self.report = Report()
 
     def __repr__(self) -> str:
         return f"ptc.complex.backend(vectorize={self.vectorize}, inductor={self.inductor})"
 
     def _inner(self, inner_compile, gm, example_inputs, **kwargs):
+        """Inductor's ``inner_compile`` of one AOT graph, rewritten; the graph as it is where that fails."""
+        try:
+            return self._inner_rewritten(inner_compile, gm, example_inputs, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any failure of ptc's compile: compile the stock way
+            if self.strict:
+                raise
+            self._fell_back("an AOT graph", e)
+        return inner_compile(gm, example_inputs, **kwargs)
+
+    def _fell_back(self, what: str, error: BaseException) -> None:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        reason = f"{what}: {type(error).__name__}: {first}"[:500]
+        self.report.stock_graphs.append(reason)
+        log.warning("ptc.complex could not compile %s; compiled by stock Inductor instead", reason)
+
+    def _inner_rewritten(self, inner_compile, gm, example_inputs, **kwargs):
         new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report)
         with (
             vector_bitcasts() as bitcasts,
@@ -306,27 +344,36 @@ class ComplexBackend:
 
         if not self.inductor:
             return self._aot_eager(gm, example_inputs)
-        if self.library_graphs == "eager" and library_bound(gm, example_inputs):
-            self.report.library_graphs += 1
-            return gm.forward
+        if self.library_graphs == "eager":
+            eager_ops = library_bound_compute(gm, example_inputs)
+            if eager_ops is not None:
+                self.report.library_graphs += 1
+                self.report.library_graph_ops.update(eager_ops)
+                return gm.forward
 
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         patches = config_patches(self.vectorize)
         patches.update(self.options)
         inner = functools.partial(self._inner, compile_fx_inner)
-        with functorch_config.patch(enable_autograd_cache=False), warnings.catch_warnings():
-            # Inductor's "no code generation for complex operators" does not apply: the graphs it
-            # lowers read complex values through real views (its joint-graph passes, which run on
-            # the graph before ptc's rewrite, would say it otherwise)
-            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
-            return compile_fx(
-                gm,
-                example_inputs,
-                inner_compile=inner,
-                config_patches=patches,
-                decompositions=decompositions(),
-            )
+        try:
+            with functorch_config.patch(enable_autograd_cache=False), warnings.catch_warnings():
+                # Inductor's "no code generation for complex operators" does not apply: the graphs it
+                # lowers read complex values through real views (its joint-graph passes, which run on
+                # the graph before ptc's rewrite, would say it otherwise)
+                warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
+                return compile_fx(
+                    gm,
+                    example_inputs,
+                    inner_compile=inner,
+                    config_patches=patches,
+                    decompositions=decompositions(),
+                )
+        except Exception as e:  # noqa: BLE001 - any failure of ptc's compile: compile the stock way
+            if self.strict:
+                raise
+            self._fell_back("a Dynamo graph", e)
+        return compile_fx(gm, example_inputs, config_patches=dict(self.options))
 
     def _aot_eager(self, gm, example_inputs):
         from functorch.compile import make_boxed_func
@@ -349,9 +396,12 @@ def backend(
     inductor: bool = True,
     options: Optional[Dict[str, Any]] = None,
     library_graphs: str = "eager",
+    strict: bool = False,
 ) -> ComplexBackend:
     """A fresh :class:`ComplexBackend` for ``torch.compile(f, backend=...)``."""
-    return ComplexBackend(vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs)
+    return ComplexBackend(
+        vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs, strict=strict
+    )
 
 
 def compile(
@@ -360,13 +410,19 @@ def compile(
     vectorize: bool = True,
     inductor: bool = True,
     library_graphs: str = "eager",
+    strict: bool = False,
     **compile_kwargs,
 ):
     """``torch.compile(fn, backend=ptc.complex.backend(...), **compile_kwargs)``; usable as a decorator."""
     if fn is None:
         return functools.partial(
-            compile, vectorize=vectorize, inductor=inductor, library_graphs=library_graphs, **compile_kwargs
+            compile, vectorize=vectorize, inductor=inductor, library_graphs=library_graphs, strict=strict,
+            **compile_kwargs,
         )
+    if not callable(fn):
+        from ptc.errors import PtcTypeError
+
+        raise PtcTypeError(f"ptc.complex.compile(fn): fn must be a callable (a function or module), not {type(fn).__name__}")
     if "backend" in compile_kwargs:
         from ptc.errors import PtcValueError
 
@@ -375,5 +431,7 @@ def compile(
             "options={...} or call torch.compile(fn, backend=ptc.complex.backend()) yourself"
         )
     options = compile_kwargs.pop("options", None)
-    b = ComplexBackend(vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs)
+    b = ComplexBackend(
+        vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs, strict=strict
+    )
     return torch.compile(fn, backend=b, **compile_kwargs)

@@ -212,7 +212,11 @@ def _replaced_staticmethod(cls, name: str, wrap) -> contextlib.AbstractContextMa
     """
 
     def replace(original):
-        return staticmethod(wrap(original.__func__)) if isinstance(original, staticmethod) else None
+        if not isinstance(original, staticmethod):
+            return None
+        # named as the original: Inductor's per-kernel wrapper of these methods finds the scalar
+        # version of an op by the function's __name__ (all-scalar arguments in a vector kernel)
+        return staticmethod(functools.wraps(original.__func__)(wrap(original.__func__)))
 
     return _replaced(cls, name, replace)
 

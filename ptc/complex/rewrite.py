@@ -38,7 +38,8 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ptc.complex import rules as _rules
-from ptc.complex.pair import Pair, is_paired, join
+from ptc.complex.pair import Pair, is_paired, join, real_dtype
+from torch._subclasses.fake_tensor import FakeTensor
 
 aten = torch.ops.aten
 
@@ -55,6 +56,10 @@ class Report:
     graphs: int = 0
     #: library-bound Dynamo graphs run as they are (``ptc.complex.backend.library_bound``)
     library_graphs: int = 0
+    #: the ops besides library kernels that those graphs ran on their eager kernels
+    library_graph_ops: collections.Counter = field(default_factory=collections.Counter)
+    #: why each graph that ptc could not compile was compiled the stock way instead
+    stock_graphs: List[str] = field(default_factory=list)
 
     def merge(self, other: "Report") -> None:
         self.rewritten.update(other.rewritten)
@@ -62,6 +67,8 @@ class Report:
         self.fallback.update(other.fallback)
         self.graphs += other.graphs
         self.library_graphs += other.library_graphs
+        self.library_graph_ops.update(other.library_graph_ops)
+        self.stock_graphs += other.stock_graphs
 
     def __str__(self) -> str:
         def fmt(c):
@@ -71,6 +78,7 @@ class Report:
             f"{self.graphs} graph(s); rewritten: {fmt(self.rewritten)}; "
             f"library kernels: {fmt(self.library)}; ATen fallbacks: {fmt(self.fallback)}"
             + (f"; library-bound graphs run as they are: {self.library_graphs}" if self.library_graphs else "")
+            + (f"; compiled by stock Inductor instead: {len(self.stock_graphs)}" if self.stock_graphs else "")
         )
 
 
@@ -93,9 +101,10 @@ _LIBRARY = set(_rules.LIBRARY)
 
 
 class _PairInterpreter(fx.Interpreter):
-    def __init__(self, gm: fx.GraphModule, report: Report) -> None:
+    def __init__(self, gm: fx.GraphModule, report: Report, fake_mode=None) -> None:
         super().__init__(gm, garbage_collect_values=False)
         self.report = report
+        self.fake_mode = fake_mode
         # tensors made by view_as_real(pair): id -> (tensor, pair); select/unbind/view_as_complex
         # of them go straight back to the pair's parts
         self._planes: Dict[int, Any] = {}
@@ -113,6 +122,8 @@ class _PairInterpreter(fx.Interpreter):
 
     def get_attr(self, target, args, kwargs):
         value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor) and self.fake_mode is not None and not isinstance(value, FakeTensor):
+            return _traced_constant(value)
         return Pair.of(value) if is_paired(value) else value
 
     # --- ops ----------------------------------------------------------------
@@ -230,6 +241,38 @@ class _PairInterpreter(fx.Interpreter):
         return pytree.tree_unflatten(out, spec)
 
 
+#: the most elements a constant tensor of the graph may have to be rebuilt in the rewritten one
+MAX_CONSTANT_NUMEL = 1 << 16
+
+
+def _traced_constant(value: torch.Tensor) -> torch.Tensor:
+    """A real tensor constant of the graph (a ``get_attr``), rebuilt so the traced rewrite can compute with it.
+
+    The rewrite runs on fake tensors, which refuse real ones as arguments; the
+    constant is read once outside the fake mode and made again by
+    ``torch.tensor`` (a constant of the new graph). Equivalent to ``value``
+    itself, contiguous; a complex constant comes back as a :class:`Pair` of its parts.
+    """
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    if value.numel() > MAX_CONSTANT_NUMEL:
+        raise NotImplementedError(f"a {tuple(value.shape)} constant tensor in the graph is too large to rebuild")
+    with unset_fake_temporarily():
+        data = value.detach().cpu()
+        if data.is_complex():
+            parts = [data.real.tolist(), data.imag.tolist()]
+        else:
+            parts = [data.tolist()]
+    if is_paired(value):
+        rdt = real_dtype(value.dtype)
+        re = torch.tensor(parts[0], dtype=rdt, device=value.device)
+        im = torch.tensor(parts[1], dtype=rdt, device=value.device)
+        return Pair(re, im, value.dtype)
+    if value.is_complex():
+        raise NotImplementedError(f"a {value.dtype} constant tensor in the graph")
+    return torch.tensor(parts[0], dtype=value.dtype, device=value.device)
+
+
 def _leave_pair_form(pair: Pair, meta: Optional[torch.Tensor]) -> torch.Tensor:
     """The complex tensor for a graph output, matching the original output's conj bit and layout."""
     want_conj = bool(meta is not None and isinstance(meta, torch.Tensor) and meta.is_conj())
@@ -261,14 +304,14 @@ def rewrite(
     if not has_complex(gm):
         return gm
     own = Report()
-    interp = _PairInterpreter(gm, own)
+    from torch._guards import detect_fake_mode
+
+    fake_mode = detect_fake_mode(example_inputs)
+    interp = _PairInterpreter(gm, own, fake_mode)
 
     def run(*args):
         return interp.run(*args)
 
-    from torch._guards import detect_fake_mode
-
-    fake_mode = detect_fake_mode(example_inputs)
     tracing_mode = "real"
     with fx_traceback.preserve_node_meta(), (fake_mode or contextlib.nullcontext()):
         new_gm = make_fx(run, decomposition_table=dict(decompositions or {}), tracing_mode=tracing_mode)(

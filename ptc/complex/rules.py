@@ -829,11 +829,17 @@ def _acosh(ctx, a):
 
 
 def _atanh_parts(x, y):
-    """atanh(z) = 0.5*log1p(4x / ((1-x)^2 + y^2)) + 0.5i*atan2(2y, (1-x)(1+x) - y^2)."""
-    omx = 1.0 - x
+    """atanh(z) = 0.25*log1p(4x / ((1-x)^2 + y^2)) + 0.5i*atan2(2y, (1-x)(1+x) - y^2).
+
+    The real part is odd in x and evaluated at |x| (``log1p`` of a non-negative
+    argument): for x near -1 the argument 4x/(...) would approach -1 and
+    ``log1p`` would lose every digit of the result's magnitude.
+    """
+    ax = x.abs()
+    omx = 1.0 - ax
     den = omx * omx + y * y
-    re = 0.25 * torch.log1p(4.0 * x / den)
-    im = 0.5 * torch.atan2(2.0 * y, omx * (1.0 + x) - y * y)
+    re = torch.copysign(0.25 * torch.log1p(4.0 * ax / den), x)
+    im = 0.5 * torch.atan2(2.0 * y, omx * (1.0 + ax) - y * y)
     return re, im
 
 
@@ -946,6 +952,12 @@ def _nan_to_num(ctx, a, nan=None, posinf=None, neginf=None):
 # ---------------------------------------------------------------------------
 
 
+def _is_scalar_type(typ) -> bool:
+    """Whether a schema argument type is ATen's ``Scalar`` (printed ``number``), optional or not."""
+    ts = str(typ)
+    return ts in ("number", "Optional[number]", "number?") or ts.startswith("Scalar")
+
+
 def _componentwise(ctx, *args, **kwargs):
     """Run the op on the real parts, then on the imaginary parts.
 
@@ -976,13 +988,15 @@ def _componentwise(ctx, *args, **kwargs):
                 pieces = [split(v, "Tensor") if v is not None else (None, None) for v in value]
                 return type(value)(p[0] for p in pieces), type(value)(p[1] for p in pieces)
             return value, value
-        if ts.startswith("Scalar") and isinstance(value, numbers.Number) and not isinstance(value, bool):
+        if _is_scalar_type(typ) and isinstance(value, numbers.Number) and not isinstance(value, bool):
             c = complex(value)
             return c.real, c.imag
         if isinstance(value, torch.dtype) and value.is_complex:
             return rdt, rdt
         return value, value
 
+    if ctx.op in _WRITES_INTO_SELF and args and isinstance(args[0], Pair):
+        args = (_as_destination(args[0]),) + tuple(args[1:])
     re_args, im_args = [], []
     for i, v in enumerate(args):
         r, m = split(v, arg_types.get(names[i], "") if i < len(names) else "")
@@ -998,6 +1012,37 @@ def _componentwise(ctx, *args, **kwargs):
         return type(re)(Pair(r, m, dt) for r, m in zip(re, im))
     return Pair(re, im, dt)
 
+
+def _as_destination(pair: Pair) -> Pair:
+    """``pair`` with parts that a scatter may write into: strided planes of a complex tensor.
+
+    Parts read through a complex64's int64 bits (:func:`ptc.complex.pair.split`)
+    are dtype views of an int32 buffer; Inductor scatters into such a view as
+    if it were that buffer (float values added to, or stored over, int32 bits:
+    wrong results on one torch, ``make_reindexer NYI on DtypeView`` on the
+    other). The planes of ``view_as_real`` of the same values are plain float
+    views. Equivalent to ``Pair(z.real, z.imag)`` for the complex tensor ``z``
+    that holds ``pair``'s values; a pair with no such tensor is computed, and
+    its parts are real buffers already.
+    """
+    z = None
+    if pair.has_source:
+        z = pair.complex()
+    elif pair.same_values is not None:
+        z = pair.same_values()
+    if z is None or z.dtype != pair.dtype or z.is_conj() or z.is_neg():
+        return pair
+    planes = aten.view_as_real(z)
+    return Pair(aten.select(planes, -1, 0), aten.select(planes, -1, 1), pair.dtype)
+
+
+#: data-movement ops whose first argument is the tensor written into (functional scatters);
+#: not ``as_strided_scatter``, whose strides address the whole of ``self``'s storage
+_WRITES_INTO_SELF = set(_ops(
+    "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two", "index_put.default",
+    "_unsafe_index_put.default", "index_add.default", "masked_scatter.default", "slice_scatter.default",
+    "select_scatter.default", "diagonal_scatter.default", "index_fill.int_Scalar", "index_fill.int_Tensor", "index_copy.default", "put.default",
+))
 
 _MOVEMENT = _ops(
     "cat.default", "stack.default", "constant_pad_nd.default", "flip.default", "roll.default",

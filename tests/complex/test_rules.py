@@ -95,3 +95,35 @@ def test_tolerances_are_tight_enough_to_fail():
     with pytest.raises(AssertionError):
         rel_close(z * (1 + 1e-4), z, torch.complex64)
     assert TOL[torch.complex64]["rtol"] <= 1e-4
+
+
+@pytest.mark.parametrize("op", [torch.atanh, torch.atan])
+def test_inverse_hyperbolic_tangent_keeps_its_digits_near_the_branch_points(op):
+    """atanh near z = -1 and +1 (atan near -1j, +1j): as accurate as eager's, measured against complex128."""
+    x = torch.tensor([-0.992, -0.9999, -0.87, 0.87, 0.992, 0.9999])
+    y = torch.tensor([-0.0241, 1e-3, -0.02, 0.02, 0.0241, -1e-3])
+    z = torch.complex(x, y) if op is torch.atanh else torch.complex(-y, x)
+    exact = op(z.to(torch.complex128))
+    got = aot(op)(z).to(torch.complex128)
+    eager = op(z).to(torch.complex128)
+    err, eager_err = (got - exact).abs() / exact.abs(), (eager - exact).abs() / exact.abs()
+    assert (err <= torch.maximum(4 * eager_err, torch.full_like(err, 2e-7))).all(), (err, eager_err)
+
+
+def test_constant_pad_with_a_real_fill_leaves_the_imaginary_part_zero():
+    z = torch.randn(2, 3, dtype=torch.complex64)
+    fn = lambda z: torch.nn.functional.pad(z, (1, 2), "constant", 1.5)  # noqa: E731
+    torch.testing.assert_close(aot(fn)(z), fn(z))
+    fn_c = lambda z: torch.constant_pad_nd(z, (1, 1), 0.5 - 2j)  # noqa: E731
+    torch.testing.assert_close(aot(fn_c)(z), fn_c(z))
+
+
+def test_index_fill_and_scatter_with_real_values():
+    z = torch.randn(4, 3, dtype=torch.complex64)
+    idx = torch.tensor([0, 2])
+    for fn in (
+        lambda z, idx: z.index_fill(0, idx, 2.0),
+        lambda z, idx: z.scatter(0, idx.view(2, 1).expand(2, 3), 3.0),
+        lambda z, idx: z.masked_fill(z.real > 0, -1.0),
+    ):
+        torch.testing.assert_close(aot(fn)(z, idx), fn(z, idx))

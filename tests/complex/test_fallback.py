@@ -1,0 +1,105 @@
+"""A graph ptc cannot compile is compiled the stock way: same results, the reason logged and reported."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import pytest
+import torch
+
+import ptc.complex as pc
+from ptc.complex import rules
+
+pcb = importlib.import_module("ptc.complex.backend")  # the module (ptc.complex.backend is also a function)
+
+aten = torch.ops.aten
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(64, dtype=torch.complex64, generator=g)
+    w = torch.randn(64, dtype=torch.complex64, generator=g)
+    return z, w
+
+
+def f(z, w):
+    return (z * w + 1j).exp()
+
+
+@pytest.fixture
+def broken_mul(monkeypatch):
+    """ptc's complex ``mul`` rule raises, as a rule with a bug would."""
+
+    def broken(ctx, a, b):
+        raise RuntimeError("a rule with a bug")
+
+    monkeypatch.setitem(rules.RULES, aten.mul.Tensor, rules.Rule(aten.mul.Tensor, broken, "elementwise"))
+
+
+def test_a_failing_rewrite_compiles_the_graph_the_stock_way(broken_mul, caplog):
+    torch._dynamo.reset()
+    z, w = _inputs()
+    backend = pc.backend()
+    with caplog.at_level(logging.WARNING, logger="ptc.complex"):
+        out = torch.compile(f, backend=backend)(z, w)
+    torch.testing.assert_close(out, f(z, w))
+    assert len(backend.report.stock_graphs) == 1
+    assert "an AOT graph: RuntimeError: a rule with a bug" in backend.report.stock_graphs[0]
+    assert "compiled by stock Inductor instead" in caplog.text and "a rule with a bug" in caplog.text
+    assert "compiled by stock Inductor instead: 1" in str(backend.report)
+
+
+def test_strict_raises_instead(broken_mul):
+    torch._dynamo.reset()
+    z, w = _inputs()
+    with pytest.raises(Exception, match="a rule with a bug"):
+        torch.compile(f, backend=pc.backend(strict=True))(z, w)
+
+
+def test_a_failing_trace_falls_back_for_the_whole_dynamo_graph(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("a decomposition with a bug")
+
+    table = dict(pcb.decompositions())
+    table[aten.exp.default] = refuse
+    monkeypatch.setattr(pcb, "decompositions", lambda: table)
+    torch._dynamo.reset()
+    z, w = _inputs()
+    backend = pc.backend()
+    out = torch.compile(f, backend=backend)(z, w)
+    torch.testing.assert_close(out, f(z, w))
+    assert [r.split(":")[0] for r in backend.report.stock_graphs] == ["a Dynamo graph"]
+    assert "a decomposition with a bug" in backend.report.stock_graphs[0]
+
+
+def test_backward_graph_falls_back_alone(monkeypatch):
+    """The forward keeps ptc's rewrite; only the backward, whose rewrite fails, is compiled the stock way."""
+    real_rewrite = pcb.rewrite
+
+    def rewrite_forward_only(gm, *args, **kwargs):
+        if any(n.op == "placeholder" and n.name.startswith("tangents") for n in gm.graph.nodes):
+            raise RuntimeError("no backward today")
+        return real_rewrite(gm, *args, **kwargs)
+
+    monkeypatch.setattr(pcb, "rewrite", rewrite_forward_only)
+    torch._dynamo.reset()
+    z, w = _inputs()
+
+    def loss(z, w):
+        return (z * w).abs().sum()
+
+    zc, ze = z.clone().requires_grad_(), z.clone().requires_grad_()
+    backend = pc.backend()
+    torch.compile(loss, backend=backend)(zc, w).backward()
+    loss(ze, w).backward()
+    torch.testing.assert_close(zc.grad, ze.grad)
+    assert backend.report.graphs == 1  # the forward, rewritten
+    assert len(backend.report.stock_graphs) == 1 and "no backward today" in backend.report.stock_graphs[0]
+
+
+def test_compile_refuses_what_is_not_callable():
+    from ptc.errors import PtcTypeError
+
+    with pytest.raises(PtcTypeError, match="fn must be a callable"):
+        pc.compile(3)
