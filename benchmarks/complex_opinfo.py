@@ -11,7 +11,8 @@ Per op and mode:
 
 * ``ran``: every sample compiled and ran (an exception anywhere is a failure);
 * ``equal``: every result equals eager's (``torch.testing.assert_close`` at the
-  dtype's default tolerance, NaN where eager has NaN; integer and bool results exactly);
+  dtype's default tolerance, NaN where eager has NaN; integer and bool results exactly),
+  and so do the inputs after the call (an op that writes into an input writes the same);
 * ``fused``: no graph break and no ATen call left in the generated code that
   is neither a view nor a library kernel (:func:`ptc.complex.complex_fallbacks`).
 
@@ -61,6 +62,8 @@ class OpResult:
     equal: Dict[str, bool] = field(default_factory=dict)
     fused: Dict[str, bool] = field(default_factory=dict)
     error: Dict[str, str] = field(default_factory=dict)
+    #: why a mode's code is not fully fused: graph breaks, ATen calls left, ops of library-bound graphs
+    unfused: Dict[str, str] = field(default_factory=dict)
     #: ptc's own fallbacks (graphs compiled the stock way, ops it left whole), as reported by the backend
     fallbacks: List[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -92,6 +95,14 @@ def _clone(x):
         return t
 
     return pytree.tree_map(one, x)
+
+
+def _detached(x):
+    """A copy of the tensors in ``x`` (what they hold now), for comparing later."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, x)
 
 
 def _equal(actual, expected) -> Optional[str]:
@@ -176,8 +187,8 @@ def _backend(mode):
     return b, b
 
 
-def _run_mode(mode, sample: _Sample, expected, backward: bool, grad_expected, weights):
-    """(ran, equal, fused, error, fallbacks) of one sample in one mode."""
+def _run_mode(mode, sample: _Sample, expected, backward: bool, grad_expected, weights, inputs_after):
+    """(ran, equal, fused, error, fallbacks, why not fused) of one sample in one mode."""
     import torch
     from torch._dynamo.utils import counters
     from torch._inductor.utils import run_and_get_code
@@ -199,6 +210,7 @@ def _run_mode(mode, sample: _Sample, expected, backward: bool, grad_expected, we
 
             def go():
                 out, args, kwargs = sample.call(compiled)
+                seen_inputs.append(_detached((args, kwargs)))
                 if not backward:
                     return out, None
                 loss = _loss(out, weights)
@@ -206,21 +218,30 @@ def _run_mode(mode, sample: _Sample, expected, backward: bool, grad_expected, we
                 grads = torch.autograd.grad(loss, inputs, allow_unused=True) if loss is not None else ()
                 return out, [g if g is not None else torch.zeros_like(i) for g, i in zip(grads, inputs)]
 
+            seen_inputs = []
             (out, grads), codes = run_and_get_code(go)
     except Exception as e:  # noqa: BLE001 - any failure of the compiled program is this mode's result
         msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        return False, False, False, msg[:300], []
+        return False, False, False, msg[:300], [], ""
     breaks = sum(counters["graph_break"].values()) - breaks_before
     diff = _equal(grads, grad_expected) if backward else _equal(out, expected)
+    if diff is None and _equal(seen_inputs[0], inputs_after) is not None:
+        diff = "the inputs after the call differ from eager's: " + _equal(seen_inputs[0], inputs_after)
     fallbacks = pc.complex_fallbacks(codes)
-    fused = breaks == 0 and not fallbacks
+    why = []
+    if breaks:
+        why.append(f"{breaks} graph break(s)")
+    if fallbacks:
+        why.append("ATen: " + ",".join(sorted(set(fallbacks))))
     notes = []
     if ptc_backend is not None:
-        notes = list(getattr(ptc_backend.report, "stock_graphs", []) or [])
+        notes = list(ptc_backend.report.stock_graphs)
         # a library-bound graph runs on eager kernels: fused only if it is nothing but library calls
-        fused = fused and not ptc_backend.report.library_graph_ops and not notes
-    err = diff or (f"{breaks} graph break(s)" if breaks else "")
-    return True, diff is None, fused, err if diff else "", notes
+        if ptc_backend.report.library_graph_ops:
+            why.append("library-bound graph with " + ",".join(sorted(ptc_backend.report.library_graph_ops)))
+        if notes:
+            why.append("compiled the stock way")
+    return True, diff is None, not why, diff or "", notes, "; ".join(why)
 
 
 def excluded_by_name(op) -> str:
@@ -263,6 +284,7 @@ def run_op(op, *, samples: int, backward: bool, dtype, modes=MODES) -> OpResult:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 out, args, kwargs = sample.call()
+                inputs_after = _detached((args, kwargs))
                 again, _, _ = sample.call()
                 if _equal(again, out) is not None:
                     continue  # eager itself differs between two calls
@@ -279,18 +301,20 @@ def run_op(op, *, samples: int, backward: bool, dtype, modes=MODES) -> OpResult:
                     ]
         except Exception:  # noqa: BLE001 - eager refuses this sample: not counted
             continue
-        usable.append((sample, out, grads, weights))
+        usable.append((sample, out, grads, weights, inputs_after))
     res.samples = len(usable)
     if not usable:
         res.excluded = "no sample eager runs"
         return res
     for mode in modes:
         ran = equal = fused = True
-        for sample, out, grads, weights in usable:
-            r, e, f, err, notes = _run_mode(mode, sample, out, backward, grads, weights)
+        for sample, out, grads, weights, inputs_after in usable:
+            r, e, f, err, notes, why = _run_mode(mode, sample, out, backward, grads, weights, inputs_after)
             ran, equal, fused = ran and r, equal and e, fused and f
             if err and mode not in res.error:
                 res.error[mode] = err
+            if why and mode not in res.unfused:
+                res.unfused[mode] = why
             if mode == "ptc":
                 res.fallbacks += [n for n in notes if n not in res.fallbacks]
         res.ran[mode], res.equal[mode], res.fused[mode] = ran, ran and equal, ran and fused

@@ -15,6 +15,8 @@ from typing import Iterable, List, Sequence, Tuple
 
 import torch
 
+from ptc.complex import rules as _rules
+
 __all__ = ["generated_code", "aten_calls", "complex_fallbacks", "ZERO_COPY", "LIBRARY_NAMES"]
 
 #: ATen calls that only make views (no data is read or written)
@@ -22,14 +24,13 @@ ZERO_COPY = {
     "view_as_real.default", "view_as_complex.default", "view.dtype", "_conj.default",
     "_neg_view.default", "alias.default", "as_strided.default", "select.int", "slice.Tensor",
     "permute.default", "reshape.default", "view.default", "expand.default", "squeeze.dim",
-    "unsqueeze.default", "t.default", "transpose.int", "diagonal.default",
+    "squeeze.default", "squeeze.dims", "unsqueeze.default", "t.default", "transpose.int",
+    "diagonal.default", "unfold.default", "narrow.default", "_reshape_alias.default",
 }
 
-#: ATen calls to library kernels that ptc keeps on purpose
-LIBRARY_NAMES = {
-    "mm.default", "bmm.default", "mv.default", "addmm.default", "addmv.default", "baddbmm.default",
-    "addbmm.default", "_fft_c2c.default", "_fft_r2c.default", "_fft_c2r.default", "convolution.default",
-}
+#: ATen calls to library kernels that ptc keeps on purpose (BLAS, LAPACK, FFT; the checks of
+#: their error codes)
+LIBRARY_NAMES = {str(op).replace("aten.", "", 1) for op in _rules.LIBRARY} | {"convolution.default"}
 
 _CALL = re.compile(r"torch\.ops\.aten\.([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)\(")
 _EXTERN = re.compile(r"extern_kernels\.([A-Za-z0-9_]+)\(")

@@ -119,6 +119,8 @@ class Pair:
                 return x
             return cls(x.re, x.im, dtype)
         if isinstance(x, torch.Tensor):
+            if x.is_complex():  # a complex dtype that is not paired (complex32): its own values
+                return cls.of(x.to(dtype))
             rdt = real_dtype(dtype)
             re = x.to(rdt)
             return cls(re, torch.zeros_like(re), dtype)

@@ -119,6 +119,9 @@ def parts(x, rdt: torch.dtype) -> Tuple[object, object]:
             re, im = re.to(rdt), im.to(rdt)
         return re, im
     if isinstance(x, torch.Tensor):
+        if x.is_complex():  # a complex dtype the rewrite does not pair (complex32): both parts
+            p = Pair.of(x.to(complex_dtype(rdt)))
+            return p.re, p.im
         if x.dtype != rdt:
             x = x.to(rdt)
         return x, torch.zeros_like(x)
@@ -925,6 +928,42 @@ def _logical_not(ctx, a):
     return (a.re == 0) & (a.im == 0)
 
 
+def _truth(x):
+    """``x != 0`` for a Pair, a real tensor or a Python number (complex: either part nonzero)."""
+    if isinstance(x, Pair):
+        return (x.re != 0) | (x.im != 0)
+    if isinstance(x, torch.Tensor):
+        return x != 0
+    return bool(x)
+
+
+@rule(aten.logical_and.default, aten.logical_or.default, aten.logical_xor.default, group="elementwise",
+      note="on (re != 0) | (im != 0)")
+def _logical_binary(ctx, a, b):
+    ta, tb = _truth(a), _truth(b)
+    if not isinstance(ta, torch.Tensor) and not isinstance(tb, torch.Tensor):
+        return NotImplemented
+    fn = {"logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor}
+    return fn[ctx.op.overloadpacket.__name__](ta, tb)
+
+
+@rule(*_ops("any.default", "any.dim", "any.dims", "all.default", "all.dim", "all.dims"), group="reduction",
+      note="on (re != 0) | (im != 0)")
+def _any_all(ctx, a, *args, **kwargs):
+    return ctx.op(_truth(a), *args, **kwargs)
+
+
+@rule(aten.ldexp.Tensor, group="elementwise", note="self * 2**other, per part")
+def _ldexp(ctx, a, other):
+    dt = _out_dtype(ctx, a)
+    rdt = real_dtype(dt)
+    if isinstance(other, Pair):
+        return NotImplemented  # a complex exponent: eager computes exp2 of it
+    scale = torch.exp2(other.to(rdt)) if isinstance(other, torch.Tensor) else 2.0 ** other
+    re, im = parts(a, rdt)
+    return Pair(re * scale, im * scale, dt)
+
+
 @rule(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar, group="elementwise")
 def _where(ctx, cond, a, b):
     dt = ctx.out_dtype
@@ -1014,26 +1053,22 @@ def _componentwise(ctx, *args, **kwargs):
 
 
 def _as_destination(pair: Pair) -> Pair:
-    """``pair`` with parts that a scatter may write into: strided planes of a complex tensor.
+    """``pair`` with parts that a scatter may write into: values of their own, not views.
 
-    Parts read through a complex64's int64 bits (:func:`ptc.complex.pair.split`)
-    are dtype views of an int32 buffer; Inductor scatters into such a view as
-    if it were that buffer (float values added to, or stored over, int32 bits:
-    wrong results on one torch, ``make_reindexer NYI on DtypeView`` on the
-    other). The planes of ``view_as_real`` of the same values are plain float
-    views. Equivalent to ``Pair(z.real, z.imag)`` for the complex tensor ``z``
-    that holds ``pair``'s values; a pair with no such tensor is computed, and
-    its parts are real buffers already.
+    Parts read from a complex tensor are views of it: through a complex64's
+    int64 bits (:func:`ptc.complex.pair.split`) they are dtype views of an
+    int32 buffer, which Inductor scatters into as if it were that buffer
+    (float values added to, or stored over, int32 bits: wrong results on one
+    torch, ``make_reindexer NYI on DtypeView`` on the other); as planes of
+    ``view_as_real`` they alias the tensor, and Inductor may scatter into a
+    graph input's planes in place while later code still reads the input.
+    ``part * 1`` (exact for every float, signed zeros and NaN included) is a
+    computed value Inductor gives a buffer of its own. A pair that is
+    computed already (no source, nothing it copies) is returned as it is.
     """
-    z = None
-    if pair.has_source:
-        z = pair.complex()
-    elif pair.same_values is not None:
-        z = pair.same_values()
-    if z is None or z.dtype != pair.dtype or z.is_conj() or z.is_neg():
+    if not pair.has_source and pair.same_values is None:
         return pair
-    planes = aten.view_as_real(z)
-    return Pair(aten.select(planes, -1, 0), aten.select(planes, -1, 1), pair.dtype)
+    return Pair(pair.re * 1.0, pair.im * 1.0, pair.dtype)
 
 
 #: data-movement ops whose first argument is the tensor written into (functional scatters);
@@ -1054,6 +1089,7 @@ _MOVEMENT = _ops(
     "triu.default", "take.default", "reflection_pad1d.default", "replication_pad1d.default",
     "zero.default", "rot90.default", "roll.default", "clone.default",
 )
+_MOVEMENT += _ops("_unsafe_masked_index.default", "_unsafe_masked_index_put_accumulate.default")
 _MOVEMENT.append(prims.rev.default)
 for _op in _MOVEMENT:
     if _op in RULES:
@@ -1061,6 +1097,13 @@ for _op in _MOVEMENT:
     if _op is aten.scatter_reduce.two:
         continue  # 'prod'/'amax' reductions are not linear per part
     RULES[_op] = Rule(_op, _componentwise, "movement", "applied to both parts")
+
+@rule(*_ops("scatter.reduce", "scatter.value_reduce"), group="movement", note="reduce='add': applied to both parts")
+def _scatter_reduce_add(ctx, *args, reduce=None, **kwargs):
+    if reduce != "add":
+        return NotImplemented  # 'multiply' mixes the parts
+    return _componentwise(ctx, *args, reduce=reduce, **kwargs)
+
 
 @rule(aten.cumsum.default, group="reduction", note="one real cumsum over the (..., 2) float view")
 def _cumsum(ctx, a, dim, *, dtype=None):
@@ -1252,7 +1295,10 @@ LIBRARY = [
         "linalg_qr.default", "_linalg_det.default", "linalg_inv_ex.default", "linalg_lu_factor_ex.default",
         "linalg_lu_solve.default", "linalg_solve_triangular.default", "cholesky.default",
         "linalg_cholesky_ex.default", "_linalg_slogdet.default", "linalg_householder_product.default",
-        "triangular_solve.default", "_fft_c2c.out",
+        "triangular_solve.default", "_fft_c2c.out", "linalg_lu.default", "cholesky_inverse.default",
+        "cholesky_solve.default", "_cholesky_solve_helper.default", "geqrf.default", "ormqr.default",
+        "lu_unpack.default", "linalg_ldl_factor_ex.default", "linalg_ldl_solve.default", "linalg_eigvals.default",
+        "_linalg_eigvals.default", "linalg_eigh.default", "_linalg_check_errors.default",
     )
 ]
 

@@ -52,8 +52,10 @@ def _atol_rtol(a: torch.Tensor, atol, rtol):
 
 def linalg_pinv(a: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False):
     """``aten.linalg_pinv.atol_rtol_tensor`` for complex ``a`` (see the module docstring); NotImplemented otherwise."""
-    if not a.is_complex() or a.numel() == 0:
+    if not a.is_complex():
         return NotImplemented
+    if a.numel() == 0:  # as the kernel: an empty (..., n, m) result
+        return a.new_zeros(a.shape[:-2] + (a.shape[-1], a.shape[-2]))
     atol_t, rtol_t = _atol_rtol(a, atol, rtol)
     if hermitian:
         s, u = torch.linalg.eigh(a)
@@ -69,8 +71,10 @@ def linalg_pinv(a: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = Fals
 
 def linalg_matrix_sqrth(a: torch.Tensor):
     """``aten.linalg_matrix_sqrth`` for complex ``a`` (see the module docstring); NotImplemented otherwise."""
-    if not a.is_complex() or a.numel() == 0:
+    if not a.is_complex():
         return NotImplemented
+    if a.numel() == 0:
+        return a.new_zeros(a.shape)
     l, v = torch.linalg.eigh(a)
     root = l.clamp_min(0).sqrt().to(a.dtype)
     return torch.matmul(v * root.unsqueeze(-2), v.mH)
@@ -78,8 +82,10 @@ def linalg_matrix_sqrth(a: torch.Tensor):
 
 def linalg_polar(a: torch.Tensor):
     """``aten.linalg_polar`` for complex ``a`` (see the module docstring); NotImplemented otherwise."""
-    if not a.is_complex() or a.numel() == 0:
+    if not a.is_complex():
         return NotImplemented
+    if a.numel() == 0:
+        return a.new_zeros(a.shape), a.new_zeros(a.shape[:-2] + (a.shape[-1], a.shape[-1]))
     w, s, vh = torch.linalg.svd(a, full_matrices=False)
     return torch.matmul(w, vh), torch.matmul(vh.mH * s.to(a.dtype).unsqueeze(-2), vh)
 

@@ -103,6 +103,13 @@ OPS = {
     "isfinite": (lambda a: a.isfinite(), "c"),
     "eq": (lambda a, b: a == b, "cc"),
     "ne": (lambda a: a != a[..., :1], "c"),
+    "logical_and": (lambda a, b: torch.logical_and(a * (a.real > 0), b), "cc"),
+    "logical_or": (lambda a, b: torch.logical_or(a * (a.real > 0), b * (b.imag > 0)), "cc"),
+    "logical_xor": (lambda a, x: torch.logical_xor(a * (a.real > 0), x * (x > 0)), "cr"),
+    "any_all": (lambda a: torch.stack([(a * (a.real > 1)).any(1), (a * (a.imag > -1)).all(1)]), "c"),
+    "ldexp": (lambda a, x: torch.ldexp(a, x.round().to(torch.int32)), "cr"),
+    "scatter_reduce_add": (
+        lambda a, b: a.scatter(1, torch.zeros_like(b.real, dtype=torch.long), b, reduce="add"), "cc"),
     "where": (lambda a, b: torch.where(a.real > 0, a, b), "cc"),
     "where_scalar": (lambda a: torch.where(a.imag > 0, a, 0j), "c"),
     "masked_fill": (lambda a: a.masked_fill(a.real < 0, 1 + 2j), "c"),
