@@ -34,7 +34,7 @@ import torch
 
 from ptc import _compat
 from ptc.cudagraph import capture
-from ptc.cudagraph import programs as P
+from ptc.demos import cudagraph_programs as P
 
 GOAL_AT_1000 = 10.0
 

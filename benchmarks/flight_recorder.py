@@ -6,7 +6,7 @@
 Starts ``--world`` processes on 127.0.0.1 (the parent hosts the TCPStore and
 builds the native core first if it is asked for and not built yet).  Each rank
 has one recorder per core (``python``: ptc's Python core; ``native``: its C++
-core, see ``ptc.distributed.fr_native``) and runs ``rounds`` rounds; a round
+core, see ``ptc.distributed.flight_recorder.native``) and runs ``rounds`` rounds; a round
 is one block of ``iters`` synchronous all_reduces per mode (off, then each
 core attached), in an order that rotates from round to round, so drift on a
 busy machine hits every mode alike.  Rank 0 prints, per core:
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     if "native" in args.cores.split(","):
-        from ptc.distributed import fr_native
+        from ptc.distributed.flight_recorder import native as fr_native
 
         fr_native.load(build=True)  # once here, not in every worker
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)

@@ -4,9 +4,9 @@
 
 For the running torch, on 127.0.0.1 with gloo, ``ft_example``'s MLP (float64)
 through :class:`ptc.distributed.Trainer`, workers started by
-:class:`~ptc.distributed.ft_launch.LocalJob` (the demo's worker:
-``python -m ptc.distributed.ft_demo --worker``), faults from
-:mod:`~ptc.distributed.ft_faults`.  Every time is read from the launcher's
+:class:`~ptc.distributed.ft.launch.LocalJob` (the demo's worker:
+``python -m ptc.demos.ft --worker``), faults from
+:mod:`~ptc.distributed.ft.faults`.  Every time is read from the launcher's
 timeline (one clock) relative to the fault (the victim announces it just
 before the signal):
 
@@ -62,9 +62,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from ptc import _compat  # noqa: E402
-from ptc.distributed import ft_demo  # noqa: E402
-from ptc.distributed import ft_faults as F  # noqa: E402
-from ptc.distributed.ft_launch import LocalJob  # noqa: E402
+from ptc.demos import ft as ft_demo  # noqa: E402
+from ptc.distributed.ft import faults as F  # noqa: E402
+from ptc.distributed.ft.launch import LocalJob  # noqa: E402
 
 SLEEP = 0.01  # simulated compute per step in the failure scenarios
 QUICK_SCENARIOS = ("kill in collective", "SIGSTOP, SIGCONT 2 s", "joiner (new worker)")
@@ -641,7 +641,7 @@ def main() -> int:
               f"[interquartile range]), engine {engines[0]}")  # fmt: skip
         results["paired"] = {}
         try:  # built here once, not by every worker at once (the workers' Trainer then finds it built)
-            from ptc.distributed import ft_native
+            from ptc.distributed.ft import native as ft_native
 
             ft_native.load(build=True)
         except Exception as exc:  # noqa: BLE001 - then ddp=True runs the Python hook, and says so

@@ -1,6 +1,6 @@
 """Step-time overhead of ptc's fault tolerance, measured inside the same processes as plain DDP.
 
-Started by ``benchmarks/ft.py`` through :class:`~ptc.distributed.ft_launch.LocalJob`
+Started by ``benchmarks/ft.py`` through :class:`~ptc.distributed.ft.launch.LocalJob`
 (so the worker is a member of a fault-tolerant job), with ``--plain-port``: the
 port of a TCPStore that worker 0 hosts for a second, ordinary gloo process group
 over the same ranks.  Each worker then holds three copies of ``ft_example``'s
@@ -69,13 +69,13 @@ def main() -> int:
     from torch.nn.parallel import DistributedDataParallel
 
     from ptc import _compat
-    from ptc.distributed import ft_example
-    from ptc.distributed.ft_example import LR
-    from ptc.distributed.ft_group import init_fault_tolerant
-    from ptc.distributed.ft_train import Trainer
+    from ptc.demos import ft_example
+    from ptc.demos.ft_example import LR
+    from ptc.distributed.ft.group import init_fault_tolerant
+    from ptc.distributed.ft.train import Trainer
 
     make_model, loss_of = (ft_example.make_model, ft_example.loss_of) if args.model == "mlp" else (_wide, _wide_loss)
-    ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=0.1)  # as ft_demo's worker
+    ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=0.1)  # as the ft demo's worker
     rank, world = ft.rank, ft.size
     timeout = datetime.timedelta(seconds=60)
     store = TCPStore("127.0.0.1", args.plain_port, world, rank == 0, timeout=timeout)

@@ -6,7 +6,7 @@ Launched by ``torchrun`` (restart-the-world baseline: a checkpoint every
 resume from the checkpoint) or by ``benchmarks/ft.py`` itself with the
 ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` environment (plain
 DDP, the overhead reference).  Same model, batches and optimizer as
-``ptc.distributed.ft_example``.  Each process appends JSON lines with
+``ptc.demos.ft_example``.  Each process appends JSON lines with
 ``time.time()`` to ``--events`` (start, init_pg, restored, first_step,
 step_error, kill, done) and rank 0 writes its per-step times to ``--times``:
 ``{"wall": [...], "cpu": [...]}`` (seconds; cpu: this process's CPU time, every thread).
@@ -41,7 +41,7 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from ptc.distributed.ft_example import LR, loss_of, make_model
+    from ptc.demos.ft_example import LR, loss_of, make_model
 
     rank = int(os.environ["RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))

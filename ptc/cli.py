@@ -21,19 +21,19 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ptc import demo
+    from ptc import demos
 
     if args.list:
-        for name, section in demo.SECTIONS.items():
+        for name, section in demos.SECTIONS.items():
             print(f"{name:12} {section.title}")
         return 0
-    demo.run(args.sections)
+    demos.run(args.sections)
     return 0
 
 
 def _fr_trace(args: argparse.Namespace) -> int:
     """Analyze a directory of Flight Recorder dumps: exit 0 when no problem is found, 1 when one is."""
-    from ptc.distributed import fr_analysis
+    from ptc.distributed.flight_recorder import analysis as fr_analysis
 
     report = fr_analysis.analyze(args.dir, args.prefix)
     if args.json:

@@ -1,6 +1,6 @@
 """ptc.distributed: fault-tolerant process groups and a Flight Recorder for any c10d backend.
 
-Fault tolerance (see :mod:`ptc.distributed.ft_group` and :mod:`ptc.distributed.ft_train`)::
+Fault tolerance (the :mod:`ptc.distributed.ft` package; see its ``group`` and ``train``)::
 
     from ptc.distributed import init_fault_tolerant, Trainer
 
@@ -22,7 +22,8 @@ name                           what
 ``ft_faults``                  the fault-injection kit (module)
 =============================  ================================================
 
-Flight Recorder (imported lazily, so ``ptc fr-trace`` and ``ptc env`` stay quick)::
+Flight Recorder (the :mod:`ptc.distributed.flight_recorder` package, imported lazily, so
+``ptc fr-trace`` and ``ptc env`` stay quick)::
 
     from ptc.distributed import FlightRecorder, enable_flight_recorder, analyze_dumps
 
@@ -71,19 +72,39 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Coordinator": ("ptc.distributed.coordinator", "Coordinator"),
-    "FaultTolerantGroup": ("ptc.distributed.ft_group", "FaultTolerantGroup"),
-    "init_fault_tolerant": ("ptc.distributed.ft_group", "init_fault_tolerant"),
-    "Trainer": ("ptc.distributed.ft_train", "Trainer"),
-    "LocalJob": ("ptc.distributed.ft_launch", "LocalJob"),
-    "FlightRecorder": ("ptc.distributed.flight_recorder", "FlightRecorder"),
-    "enable_flight_recorder": ("ptc.distributed.flight_recorder", "enable"),
-    "disable_flight_recorder": ("ptc.distributed.flight_recorder", "disable"),
-    "flight_recording": ("ptc.distributed.flight_recorder", "recording"),
-    "dump_flight_recorders": ("ptc.distributed.flight_recorder", "dump_all"),
-    "flight_recorder_reconfigure": ("ptc.distributed.flight_recorder", "on_reconfigure"),
-    "analyze_dumps": ("ptc.distributed.fr_analysis", "analyze"),
-    "load_dumps": ("ptc.distributed.fr_analysis", "load_dumps"),
+    "Coordinator": ("ptc.distributed.ft.coordinator", "Coordinator"),
+    "FaultTolerantGroup": ("ptc.distributed.ft.group", "FaultTolerantGroup"),
+    "init_fault_tolerant": ("ptc.distributed.ft.group", "init_fault_tolerant"),
+    "Trainer": ("ptc.distributed.ft.train", "Trainer"),
+    "LocalJob": ("ptc.distributed.ft.launch", "LocalJob"),
+    "FlightRecorder": ("ptc.distributed.flight_recorder.recorder", "FlightRecorder"),
+    "enable_flight_recorder": ("ptc.distributed.flight_recorder.recorder", "enable"),
+    "disable_flight_recorder": ("ptc.distributed.flight_recorder.recorder", "disable"),
+    "flight_recording": ("ptc.distributed.flight_recorder.recorder", "recording"),
+    "dump_flight_recorders": ("ptc.distributed.flight_recorder.recorder", "dump_all"),
+    "flight_recorder_reconfigure": ("ptc.distributed.flight_recorder.recorder", "on_reconfigure"),
+    "analyze_dumps": ("ptc.distributed.flight_recorder.analysis", "analyze"),
+    "load_dumps": ("ptc.distributed.flight_recorder.analysis", "load_dumps"),
+}
+
+# Module names this package answers to (``from ptc.distributed import ft_faults as F``), and the
+# modules they are.  ft_launch, ft_native, fr_native, coordinator and ft_example are also files
+# here, for ``python -m`` and ``from ptc.distributed.ft_launch import ...``.
+_MODULES = {
+    "coordinator": "ptc.distributed.ft.coordinator",
+    "ft_faults": "ptc.distributed.ft.faults",
+    "ft_group": "ptc.distributed.ft.group",
+    "ft_launch": "ptc.distributed.ft.launch",
+    "ft_native": "ptc.distributed.ft.native",
+    "ft_train": "ptc.distributed.ft.train",
+    "ft_wire": "ptc.distributed.ft.wire",
+    "fr_analysis": "ptc.distributed.flight_recorder.analysis",
+    "fr_capture": "ptc.distributed.flight_recorder.capture",
+    "fr_native": "ptc.distributed.flight_recorder.native",
+    "fr_ops": "ptc.distributed.flight_recorder.ops",
+    "ft_example": "ptc.demos.ft_example",
+    "ft_demo": "ptc.demos.ft",
+    "fr_demo": "ptc.demos.flight_recorder",
 }
 
 
@@ -94,7 +115,7 @@ def capability(name: str) -> str:
 
         if not _compat.DISTRIBUTED:
             return "unavailable (torch.distributed not built)"
-        from ptc.distributed import fr_native
+        from ptc.distributed.flight_recorder import native as fr_native
 
         via = "PG hooks" if _compat.PROCESS_GROUP_HOOKS else "PG method wrapper"
         return f"any backend via {via}; torchfrtrace-readable dumps; native core: {fr_native.status()}"
@@ -103,7 +124,7 @@ def capability(name: str) -> str:
 
         if not _compat.DISTRIBUTED:
             return "unavailable (torch.distributed not built)"
-        from ptc.distributed import ft_native
+        from ptc.distributed.ft import native as ft_native
 
         engine = "native gloo reconfigure" if _compat.GLOO_RECONFIGURE else "gloo rebuild per generation"
         return (f"coordinator, abort broadcast, rejoin with live state, commit vote; {engine}; "
@@ -112,6 +133,10 @@ def capability(name: str) -> str:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        module = importlib.import_module(_MODULES[name])
+        globals()[name] = module
+        return module
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -121,4 +146,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_MODULES))

@@ -1,8 +1,8 @@
-"""``ptc demo complex``: its comparison (ptc.complex.demo.compare) on small inputs."""
+"""``ptc demo complex``: its comparison (ptc.demos.complex.compare) on small inputs."""
 
 import torch
 
-from ptc.complex import demo
+from ptc.demos import complex as demo
 
 
 def _check(rows, tol):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ptc import _compat, _env, demo
+from ptc import _compat, _env, demos
 
 ROOT = Path(__file__).resolve().parents[2]
 PTC = Path(sys.executable).with_name("ptc")
@@ -72,7 +72,7 @@ def test_env_text_report():
 
 def test_demo_list_names_every_section():
     out = _ptc("demo", "--list").stdout
-    for name in demo.SECTIONS:
+    for name in demos.SECTIONS:
         assert name in out
 
 

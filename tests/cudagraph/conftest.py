@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ptc.cudagraph import capture
-from ptc.cudagraph import programs as P
+from ptc.demos import cudagraph_programs as P
 
 T = torch.tensor
 

@@ -6,7 +6,7 @@ import torch
 
 import ptc.cudagraph as cg
 from ptc.cudagraph import capture, make_backend
-from ptc.cudagraph import programs as P
+from ptc.demos import cudagraph_programs as P
 from ptc.errors import PtcTypeError, PtcValueError
 
 from .conftest import T

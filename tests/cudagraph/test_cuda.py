@@ -9,7 +9,7 @@ import torch
 
 from ptc import _compat
 from ptc.cudagraph import capture, make_backend
-from ptc.cudagraph import programs as P
+from ptc.demos import cudagraph_programs as P
 
 T = torch.tensor
 

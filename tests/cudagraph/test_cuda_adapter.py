@@ -14,8 +14,8 @@ import torch
 from ptc import _compat
 from ptc.cudagraph import Support, capture
 from ptc.cudagraph import cuda_graph as cuda_graph_mod
-from ptc.cudagraph import programs as P
 from ptc.cudagraph.simulator import SimGraph
+from ptc.demos import cudagraph_programs as P
 
 from .conftest import T
 

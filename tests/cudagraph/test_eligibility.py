@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import ptc.cudagraph as cg
 from ptc.cudagraph import CapturedProgram, Support
-from ptc.cudagraph import programs as P
+from ptc.demos import cudagraph_programs as P
 
 from .conftest import T, captured
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptc.cudagraph import SimGraph, Support
-from ptc.cudagraph import programs as P
 from ptc.cudagraph.executor import _write_back
+from ptc.demos import cudagraph_programs as P
 from ptc.errors import CaptureError
 
 from .conftest import T, captured

@@ -2,8 +2,9 @@
 
 import pytest
 
-from ptc.distributed import fr_capture, fr_native
 from ptc.distributed import flight_recorder as fr
+from ptc.distributed.flight_recorder import capture as fr_capture
+from ptc.distributed.flight_recorder import native as fr_native
 
 
 @pytest.fixture(params=["python", "native"])

@@ -1,7 +1,7 @@
 """Helpers for the fault-tolerance tests (imported as ``ft_helpers``).
 
-Each scenario runs the example worker (``ptc.distributed.ft_example``) under
-:class:`~ptc.distributed.ft_launch.LocalJob`: the coordinator is a thread of
+Each scenario runs the example worker (``ptc.demos.ft_example``) under
+:class:`~ptc.distributed.ft.launch.LocalJob`: the coordinator is a thread of
 the test process, workers are processes stopped only by their own PID.
 """
 
@@ -14,8 +14,8 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from ptc.distributed import ft_example
-from ptc.distributed.ft_launch import JobResult, LocalJob, python_module
+from ptc.demos import ft_example
+from ptc.distributed.ft.launch import JobResult, LocalJob, python_module
 
 
 @dataclass
@@ -43,7 +43,7 @@ def run_scenario(tmp_path: Path, world: int, *, steps: int = 40, faults: Sequenc
             "--until-size", str(until_size), *extra]  # fmt: skip
     if ddp:
         args.append("--ddp")
-    job = LocalJob(python_module("ptc.distributed.ft_example", *args), world, faults=faults, joins=joins,
+    job = LocalJob(python_module("ptc.demos.ft_example", *args), world, faults=faults, joins=joins,
                    restart_after=restart_after, heartbeat_timeout=heartbeat_timeout, log_dir=tmp_path / "logs")  # fmt: skip
     result = job.run(timeout=timeout)
     outputs = {}

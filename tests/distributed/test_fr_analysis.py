@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from fr_helpers import SimulatedRanks, run_cli, run_torchfrtrace
-from ptc.distributed import analyze_dumps, fr_analysis
+from ptc.distributed import analyze_dumps
+from ptc.distributed.flight_recorder import analysis as fr_analysis
 from ptc.errors import PtcValueError
 
 

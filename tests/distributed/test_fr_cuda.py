@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from fr_helpers import wait_for
-from ptc.distributed import FlightRecorder, fr_native
+from ptc.distributed import FlightRecorder
+from ptc.distributed.flight_recorder import native as fr_native
 
 pytestmark = pytest.mark.cuda
 

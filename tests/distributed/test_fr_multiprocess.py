@@ -15,7 +15,8 @@ import pytest
 
 from fr_helpers import launch, run_cli, run_torchfrtrace, wait_for
 from ptc import _compat
-from ptc.distributed import analyze_dumps, fr_native
+from ptc.distributed import analyze_dumps
+from ptc.distributed.flight_recorder import native as fr_native
 
 pytestmark = pytest.mark.multiprocess
 CORES = ["python", "native"]

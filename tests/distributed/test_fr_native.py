@@ -17,12 +17,15 @@ import time
 import pytest
 import torch
 
+import ptc
 from fr_helpers import gloo_groups, wait_for
 from ptc import _compat
-from ptc.distributed import FlightRecorder, fr_analysis, fr_native
+from ptc.distributed import FlightRecorder
 from ptc.distributed import flight_recorder as fr
+from ptc.distributed.flight_recorder import analysis as fr_analysis
+from ptc.distributed.flight_recorder import native as fr_native
 
-PTC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(fr.__file__)))
+PTC_DIR = os.path.dirname(os.path.abspath(ptc.__file__))
 MECHANISMS = ["hooks", "wrapper"] if _compat.PROCESS_GROUP_HOOKS else ["wrapper"]
 
 

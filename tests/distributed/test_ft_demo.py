@@ -7,10 +7,10 @@ pytestmark = pytest.mark.multiprocess
 
 def test_ft_demo_runs_and_plots(tmp_path):
     pytest.importorskip("matplotlib")
-    from ptc import demo
-    from ptc.distributed import ft_demo
+    from ptc import demos
+    from ptc.demos import ft as ft_demo
 
-    assert demo.SECTIONS["ft"].target == "ptc.distributed.ft_demo:main"
+    assert demos.SECTIONS["ft"].target == "ptc.demos.ft:main"
     lines = []
     summary = ft_demo.run(tmp_path, write=lines.append)
     text = "\n".join(lines)

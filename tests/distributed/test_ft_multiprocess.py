@@ -13,7 +13,7 @@ import pytest
 
 from ft_helpers import check_consistent, pid_alive, run_scenario
 from ptc import _compat
-from ptc.distributed import ft_faults as F
+from ptc.distributed.ft import faults as F
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def test_kill_inside_allreduce_then_restart_rejoins(tmp_path, engine):
 @pytest.fixture(scope="module")
 def native_hook_built():
     """The native DDP hook, built once here (not by every worker at once)."""
-    from ptc.distributed import ft_native
+    from ptc.distributed.ft import native as ft_native
 
     ft_native.load(build=True)
 
@@ -185,7 +185,7 @@ def test_inside_a_torchrun_launch(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PTC_FT_COORDINATOR_PIDFILE": str(pidfile),
            "PTC_FT_COORDINATOR_IDLE_EXIT": "1"}  # fmt: skip
     env.pop("PTC_FT_COORDINATOR", None)
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "ptc.distributed.ft_example",
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "ptc.demos.ft_example",
            "--steps", "5", "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     coordinator_pid = None

@@ -14,16 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptc import _compat
-from ptc.distributed import ft_faults as F
-from ptc.distributed import ft_wire
-from ptc.distributed.coordinator import Coordinator
-from ptc.distributed.ft_group import (
+from ptc.distributed.ft import faults as F
+from ptc.distributed.ft import wire as ft_wire
+from ptc.distributed.ft.coordinator import Coordinator
+from ptc.distributed.ft.group import (
     CoordinatorUnreachable,
     FaultTolerantGroup,
     MembershipRefused,
     init_fault_tolerant,
 )
-from ptc.distributed.ft_train import StateDivergence, Trainer, read_vote, state_checksum, vote_flags, wire_dtype
+from ptc.distributed.ft.train import StateDivergence, Trainer, read_vote, state_checksum, vote_flags, wire_dtype
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 
@@ -369,7 +369,7 @@ def test_faults_round_trip_and_validate():
         F.Fault("stop", "step", 1, worker=1)
     with pytest.raises(PtcValueError, match="point = 'forward'"):
         F.Fault("kill", "forward", 1, worker=1)
-    with pytest.raises(PtcValueError, match="PTC_FT_FAULTS: not JSON"):
+    with pytest.raises(PtcValueError, match="fault plan: not JSON"):
         F.decode("{")
 
 
@@ -389,8 +389,27 @@ def test_injector_fires_once_at_the_right_point(monkeypatch):
     assert fired == [signal.SIGKILL, signal.SIGSTOP] and announced == ["fault_kill", "fault_stop"]
 
 
+def test_a_group_injects_only_the_plan_it_is_given(coordinator, monkeypatch, tmp_path):
+    """The fault plan is an argument: the environment never gives a group one, and the plan a
+    launcher writes to a file (ft_faults.save) is the plan its worker loads and passes on."""
+    plan = [F.kill_in_collective(10**6, worker=1), F.stop_at_step(10**6, rank=0, cont_after=1.0)]
+    monkeypatch.setenv("PTC_FT_FAULTS", F.encode(plan))
+    F.save(tmp_path / "faults.json", plan)
+    assert F.load(tmp_path / "faults.json") == plan
+    with pytest.raises(PtcTypeError, match="faults: expected a list"):
+        FaultTolerantGroup(coordinator.address, 0, 2, faults="kill")
+    plain, planned = _in_threads(range(2), lambda i: FaultTolerantGroup(
+        coordinator.address, i, 2, connect_timeout=10, join_timeout=30, faults=plan if i else ()))
+    try:
+        assert plain.faults is None
+        assert planned.faults is not None and planned.faults.faults == plan
+    finally:
+        for g in (plain, planned):
+            g.close()
+
+
 def test_subgroups_are_rebuilt_in_the_next_generation(coordinator):
-    from ptc.distributed import ft_group
+    from ptc.distributed.ft import gloo
 
     c = Coordinator(world_size=3, heartbeat_timeout=30.0).start()
     # worker 2 only loses its coordinator connection: its process group lives on in this process, so a survivor's
@@ -413,7 +432,7 @@ def test_subgroups_are_rebuilt_in_the_next_generation(coordinator):
         first = [s.pg for s in subs[:2]]
         assert _each(survivors, fail_then_recover) == [2, 2]
         assert [(s.generation, s.ranks) for s in subs[:2]] == [(2, (0, 1)), (2, (0, 1))]
-        assert all(any(pg is old for pg in ft_group._ABANDONED) for old in first)  # retired, not destroyed
+        assert all(any(pg is old for pg in gloo.ABANDONED) for old in first)  # retired, not destroyed
         sums = _each(survivors, lambda g: g.allreduce(torch.tensor([g.rank + 1.0]), group=g._subgroups[0]))
         assert [float(s) for s in sums] == [3.0, 3.0]
     finally:
@@ -495,7 +514,7 @@ class _LinkStub:
 def test_a_collective_in_flight_may_finish_after_a_grow_was_announced(news, completes, expected):
     """The announcement of a grow can overtake the last message of a collective that the
     other members already completed: it must not make this member call the step failed."""
-    from ptc.distributed.ft_group import GROW_GRACE_S, Generation
+    from ptc.distributed.ft.group import GROW_GRACE_S, Generation
 
     me = type("Stub", (), {"_link": _LinkStub(Generation(number=2, **news)),
                            "_nobody_failed": FaultTolerantGroup._nobody_failed})()  # fmt: skip
@@ -516,7 +535,7 @@ def test_a_collective_in_flight_may_finish_after_a_grow_was_announced(news, comp
 def test_a_grow_announced_during_an_allreduce_lets_it_complete(coordinator):
     """The wiring of the grace above: member 1 is inside an allreduce when a grow is announced
     to it; member 0 joins the allreduce only afterwards. Member 1 gets the sum, not a PeerFailure."""
-    from ptc.distributed.ft_group import Generation
+    from ptc.distributed.ft.group import Generation
 
     groups = _groups(coordinator, 2)
     try:
@@ -588,7 +607,7 @@ def _bare_group(work):
     import datetime
     import types
 
-    from ptc.distributed.ft_group import Generation
+    from ptc.distributed.ft.group import Generation
 
     class Bare(FaultTolerantGroup):
         def __init__(self):
@@ -629,7 +648,7 @@ def test_a_collective_that_completes_as_the_fast_wait_times_out_succeeds():
 
 def test_a_slow_collective_switches_to_the_abortable_wait():
     """Past the fast wait it completes normally, or news releases it at once."""
-    from ptc.distributed.ft_group import FAST_WAIT, Generation
+    from ptc.distributed.ft.group import FAST_WAIT, Generation
 
     slow = FAST_WAIT.total_seconds() * 5
     work = _Work(after=None)
@@ -666,15 +685,15 @@ def test_the_rebuild_engine_never_destroys_an_abandoned_group():
 
     import torch.distributed as dist
 
-    from ptc.distributed import ft_group
+    from ptc.distributed.ft import gloo
 
     timeout = datetime.timedelta(seconds=10)
-    engine = ft_group._RebuildEngine(dist.HashStore(), 0, timeout)
+    engine = gloo.RebuildEngine(dist.HashStore(), 0, timeout)
     first = engine.connect(1, 0, 1, [], timeout)
     alive = weakref.ref(first)
     second = engine.connect(2, 0, 1, [], timeout)
-    assert engine.pg is second and any(pg is first for pg in ft_group._ABANDONED)
-    ft_group._ABANDONED[:] = [pg for pg in ft_group._ABANDONED if pg is not first]  # what shutdown does
+    assert engine.pg is second and any(pg is first for pg in gloo.ABANDONED)
+    gloo.ABANDONED[:] = [pg for pg in gloo.ABANDONED if pg is not first]  # what shutdown does
     del first, engine
     gc.collect()
     assert alive() is not None
@@ -689,11 +708,11 @@ def test_a_retired_groups_pending_collective_ends_at_once_with_its_callback_run(
 
     import torch.distributed as dist
 
-    from ptc.distributed import ft_group
+    from ptc.distributed.ft import gloo
 
     timeout = datetime.timedelta(seconds=60)
     store = dist.HashStore()
-    engines = [ft_group._RebuildEngine(store, rank, timeout) for rank in range(2)]
+    engines = [gloo.RebuildEngine(store, rank, timeout) for rank in range(2)]
     olds = _in_threads(range(2), lambda r: engines[r].connect(1, r, 2, [], timeout))
     _in_threads(range(2), lambda r: olds[r].allreduce([torch.ones(1)]).wait())
     pending = olds[0].allreduce([torch.ones(1)])  # rank 1 never joins it
@@ -705,20 +724,20 @@ def test_a_retired_groups_pending_collective_ends_at_once_with_its_callback_run(
     assert ran.wait(10), "the abandoned collective is still pending"
     with pytest.raises(RuntimeError):
         pending.wait()
-    assert any(pg is olds[0] for pg in ft_group._ABANDONED)  # ended, and still never destroyed
+    assert any(pg is olds[0] for pg in gloo.ABANDONED)  # ended, and still never destroyed
     sums = _in_threads(range(2), lambda r: news[r].allreduce([torch.full((1,), r + 1.0)]).get_future().wait()[0])
     assert [float(x) for x in sums] == [3.0, 3.0]  # the new generation's group is untouched
 
 
 def test_shutting_down_a_groups_connections_spares_listeners_and_reused_fds():
-    from ptc.distributed import ft_group
+    from ptc.distributed.ft import gloo
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     a = socket.create_connection(listener.getsockname(), timeout=5)
     b, _ = listener.accept()
-    recorded = {fd: inode for fd, inode in ft_group._open_sockets().items() if fd in (listener.fileno(), a.fileno())}
+    recorded = {fd: inode for fd, inode in gloo.open_sockets().items() if fd in (listener.fileno(), a.fileno())}
     assert len(recorded) == 2
     reused = a.fileno()
     a.close()
@@ -726,12 +745,12 @@ def test_shutting_down_a_groups_connections_spares_listeners_and_reused_fds():
     d, _ = listener.accept()
     try:
         assert c.fileno() == reused
-        assert ft_group._shut_down_connections(recorded) == 0  # the listener and a file that is not a's
+        assert gloo.shut_down_connections(recorded) == 0  # the listener and a file that is not a's
         c.sendall(b"x")
         assert d.recv(1) == b"x"
         e = socket.create_connection(listener.getsockname(), timeout=5)  # still listening
         f, _ = listener.accept()
-        assert ft_group._shut_down_connections({e.fileno(): ft_group._open_sockets()[e.fileno()]}) == 1
+        assert gloo.shut_down_connections({e.fileno(): gloo.open_sockets()[e.fileno()]}) == 1
         f.settimeout(5)
         assert f.recv(1) == b""  # the peer sees the connection end
         e.close(), f.close()
@@ -778,11 +797,11 @@ def test_the_wire_dtype_is_the_gradients_own_where_it_can_carry_the_vote():
 def test_a_wire_buffer_carries_the_vote_through_numpy_or_torch(dtype):
     """The vote is written into and read from a wire buffer's tail through a NumPy view where NumPy
     has the dtype, through torch where not (bfloat16); both give the same elements."""
-    from ptc.distributed.ft_train import _WireBuffer, read_summed_vote, vote_values
+    from ptc.distributed.ft.vote import WireBuffer, read_summed_vote, vote_values
 
     cpu = torch.device("cpu")
     vote = vote_values(12345, True, 3, dtype)
-    wire = _WireBuffer("k", 4, len(vote), dtype, cpu)
+    wire = WireBuffer("k", 4, len(vote), dtype, cpu)
     assert (wire._host is None) == (dtype == torch.bfloat16)
     wire.head.copy_(torch.arange(4.0))
     wire.write_vote(vote)
@@ -887,7 +906,7 @@ def _replay_two(make, batches, steps=2, before_step=None):
 def test_gradients_travel_in_their_own_dtype_and_average_like_one_process(coordinator, dtype, ddp, monkeypatch):
     """float32 gradients are not doubled to float64 on the wire; complex ones keep their imaginary part.
     Under DDP this small model gets no comm hook (reduced after backward), unless DDP_HOOK_MIN_BYTES says so."""
-    from ptc.distributed import ft_train
+    from ptc.distributed.ft import train as ft_train
 
     if ddp == "hook":
         monkeypatch.setattr(ft_train, "DDP_HOOK_MIN_BYTES", 0)
@@ -926,7 +945,7 @@ def test_ddp_buckets_overlap_and_each_is_averaged(coordinator):
     assert order == {w: ["start", "wait"] + ["start", "start", "wait", "wait"] * 2 for w in (0, 1)}, order
     expected = _replay_two(make, batches, steps=3)
     for t in trainers:
-        assert t.step == 3 and not t._hook_pending
+        assert t.step == 3 and not t._transport.pending
         # the 4290-element bucket was reduced in place; the last one (the 256) was copied, and
         # step 0's copy of the single bucket it rebuilt from is released, not kept for good
         assert sorted(b.flat.numel() for b in t._wire_buffers.values()) == [256 + flags]
@@ -1038,7 +1057,7 @@ class _Unused(torch.nn.Module):
 
 
 def test_a_parameter_without_gradient_under_ddp_names_find_unused_parameters(coordinator, monkeypatch):
-    from ptc.distributed import ft_train
+    from ptc.distributed.ft import train as ft_train
 
     monkeypatch.setattr(ft_train, "DDP_HOOK_MIN_BYTES", 0)  # the comm hook even for this small model
     with pytest.raises(AssertionError, match=r"PtcError.*find_unused_parameters"):
@@ -1086,13 +1105,13 @@ def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coord
     """Buckets are reduced in DDP's own bucket (no copy), except the one the vote rides with: the previous
     step's smallest or the last one, when it has at most VOTE_COPY_MAX_BYTES.  With no bucket that small
     (step 0's one bucket) the vote goes in an allreduce of its own.  Same mean."""
-    from ptc.distributed import ft_train
+    from ptc.distributed.ft import transports
 
     def make():
         return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                    torch.nn.Linear(64, 2))  # fmt: skip
 
-    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", 1000 * 4)  # not step 0's one bucket, the 256 one
+    monkeypatch.setattr(transports, "VOTE_COPY_MAX_BYTES", 1000 * 4)  # not step 0's one bucket, the 256 one
     trainers, wires, batches, order = _train_two(coordinator, make, ddp=True, steps=3,
                                                  ddp_options={"bucket_cap_mb": 0.005})  # fmt: skip
     flags = vote_flags(0, False, 2, torch.float32).numel()
@@ -1101,7 +1120,7 @@ def test_a_big_last_ddp_bucket_is_reduced_in_place_and_the_vote_goes_alone(coord
     assert order == {w: ["start", "start", "wait", "wait"] * 3 for w in (0, 1)}, order
     expected = _replay_two(make, batches, steps=3)
     for t in trainers:
-        assert t.step == 3 and not t._hook_pending and not t._hook_abandoned
+        assert t.step == 3 and not t._transport.pending and not t._hook_abandoned
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
         assert [b.flat.numel() for b in t._wire_buffers.values()] == [flags, 256 + flags]  # the vote's and the copied bucket's
@@ -1112,12 +1131,12 @@ def test_the_vote_rides_with_the_previous_steps_smallest_ddp_bucket(coordinator,
     previous step, here the first one (copied early in backward), while the big last bucket is reduced
     in place and no allreduce of the vote's own follows it.  Same mean, and the vote is read: with one
     member a step ahead, neither commits."""
-    from ptc.distributed import ft_train
+    from ptc.distributed.ft import transports
 
     def make():
         return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
 
-    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", 600)  # the 129-element bucket, not the 192 one
+    monkeypatch.setattr(transports, "VOTE_COPY_MAX_BYTES", 600)  # the 129-element bucket, not the 192 one
     ahead = {}
 
     def one_member_a_step_ahead(trainers):
@@ -1136,7 +1155,7 @@ def test_the_vote_rides_with_the_previous_steps_smallest_ddp_bucket(coordinator,
     assert ahead["committed"] == [False, False] and [t.step for t in trainers] == [3, 3], ahead
     expected = _replay_two(make, batches, steps=3)
     for t in trainers:
-        assert t._vote_index == 0 and not t._hook_pending and not t._hook_abandoned
+        assert t._transport.vote_index == 0 and not t._transport.pending and not t._hook_abandoned
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e)
 
@@ -1145,9 +1164,9 @@ def test_a_failed_bucket_carrying_the_vote_commits_nothing_and_backward_complete
     """The vote rides with bucket 0 (copied); its allreduce fails: backward still completes (every
     bucket's future is set), the step is not committed, the in-place last bucket's Work is kept as
     abandoned and the next attempt waits for it, then commits the same step."""
-    from ptc.distributed import ft_train
+    from ptc.distributed.ft import transports
 
-    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", 600)  # as in the test above: bucket 0 carries it
+    monkeypatch.setattr(transports, "VOTE_COPY_MAX_BYTES", 600)  # as in the test above: bucket 0 carries it
     c = Coordinator(world_size=1).start()
     (group,) = _groups(c, 1)
     try:
@@ -1163,7 +1182,7 @@ def test_a_failed_bucket_carrying_the_vote_commits_nothing_and_backward_complete
 
         for _ in range(2):
             t.run_step(compute)
-        assert t._vote_index == 0
+        assert t._transport.vote_index == 0
         awaited, real_await = [], group._await
 
         def failing_await(what, gen, work):
@@ -1175,7 +1194,7 @@ def test_a_failed_bucket_carrying_the_vote_commits_nothing_and_backward_complete
         group._await = failing_await
         with pytest.raises(PeerFailure, match="injected"):
             t._attempt(compute)
-        assert t.step == 2 and len(awaited) == 1 and not t._hook_pending and len(t._hook_abandoned) == 1
+        assert t.step == 2 and len(awaited) == 1 and not t._transport.pending and len(t._hook_abandoned) == 1
         group._await = real_await
         t.run_step(compute)  # drains the abandoned Work, then the same step again
         assert t.step == 3 and not t._hook_abandoned
@@ -1230,7 +1249,7 @@ def test_the_next_attempt_waits_for_abandoned_in_place_allreduces():
 @pytest.fixture(scope="module")
 def native_hook():
     """ptc's native DDP hook, built once per torch version (then cached); a failed build fails the test."""
-    from ptc.distributed import ft_native
+    from ptc.distributed.ft import native as ft_native
 
     return ft_native.load(build=True)
 
@@ -1248,9 +1267,9 @@ def _two_buckets():
 def test_the_native_hook_gives_the_python_hooks_bits(native_hook, monkeypatch, copy_max, wires):
     """Same vote placement, same arithmetic: members with the native hook end bit-identical to members
     with the Python hook and to the one-process replay, and the vote went where the rule says."""
-    from ptc.distributed import ft_train
+    from ptc.distributed.ft import transports
 
-    monkeypatch.setattr(ft_train, "VOTE_COPY_MAX_BYTES", copy_max)
+    monkeypatch.setattr(transports, "VOTE_COPY_MAX_BYTES", copy_max)
     trained = {}
     for hook in ("python", "native"):
         c = Coordinator(world_size=2, heartbeat_timeout=30.0).start()
@@ -1356,7 +1375,7 @@ def test_news_releases_a_native_bucket_waiting_for_a_dead_peer(native_hook):
 def test_news_aborts_native_buckets_at_once_unless_nobody_failed():
     """A failure ends the pending buckets now; a grow (nobody failed) gives them GROW_GRACE_S, for
     this very attempt only; no news for this generation, nothing."""
-    from ptc.distributed.ft_group import GROW_GRACE_S, Generation
+    from ptc.distributed.ft.group import GROW_GRACE_S, Generation
 
     class Native:
         def __init__(self):
@@ -1387,7 +1406,8 @@ def test_news_aborts_native_buckets_at_once_unless_nobody_failed():
 
 
 def test_ddp_hook_is_checked_and_auto_never_builds(tmp_path, monkeypatch):
-    from ptc.distributed import ft_native, ft_train
+    from ptc.distributed.ft import native as ft_native
+    from ptc.distributed.ft import train as ft_train
 
     monkeypatch.setattr(ft_train, "DDP_HOOK_MIN_BYTES", 0)  # a hook even for these small models
     c = Coordinator(world_size=1).start()
@@ -1463,7 +1483,7 @@ def test_gradients_that_are_not_one_flat_buffer_are_sent_one_by_one(coordinator,
         for p, e in zip(t.module.parameters(), expected.parameters()):
             assert torch.equal(p, e), (p, e)
         if make is _Replacing:  # the replaced gradient was sent, and made a view again at each step
-            assert t.module.weight.grad is t._grad_views[0] and t.module.bias.grad is not t._grad_views[1]
+            assert t.module.weight.grad is t._transport.views[0] and t.module.bias.grad is not t._transport.views[1]
 
 
 def test_a_buffer_whose_allreduce_failed_is_never_handed_out_again():

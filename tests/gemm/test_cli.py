@@ -47,9 +47,9 @@ def test_explain_errors_are_reported_not_raised(capsys):
 
 
 def test_demo_section_runs(capsys):
-    from ptc import demo
+    from ptc import demos
 
-    demo.run(["gemm"])
+    demos.run(["gemm"])
     out = capsys.readouterr().out
     assert "fall back: exact GELU needs erf" in out and "pick: mm (faster by < 2% is a tie" in out
     assert "database winner: ptc_nvgemm_" in out

@@ -28,7 +28,7 @@ Semantics, per call of a collective in generation ``g``:
 the members' positions in the coordinator's list (survivors keep their
 order, joiners come last), subgroups made with :meth:`subgroups` are
 rebuilt, and a Flight Recorder attached with ``flight_recorder=`` moves to
-the new generation.  Two engines do the reconnect:
+the new generation.  Two engines do the reconnect (:mod:`ptc.distributed.ft.gloo`):
 
 ``native``  torch's gloo ``reconfigure`` (one process group object for the
             whole job; about 1-3 ms);
@@ -57,7 +57,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ptc import _compat
-from ptc.distributed import ft_wire
+from ptc.distributed.ft import gloo, wire
+from ptc.distributed.ft.faults import Fault, Injector
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 # How long a collective in flight may still complete after a newer generation that removed
@@ -111,7 +112,7 @@ class _Link:
 
     def __init__(self, address: str, hello: Dict[str, Any], *, heartbeat_interval: float, connect_timeout: float,
                  on_news: Callable[[], None]) -> None:  # fmt: skip
-        host, port = ft_wire.parse_address(address)
+        host, port = wire.parse_address(address)
         self.address = address
         deadline = time.monotonic() + connect_timeout
         while True:
@@ -125,9 +126,9 @@ class _Link:
                     ) from None
                 time.sleep(0.05)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = ft_wire.LineReader()
-        ft_wire.send(self.sock, hello)
-        reply = ft_wire.recv_one(self.sock, self.reader, timeout=connect_timeout)
+        self.reader = wire.LineReader()
+        wire.send(self.sock, hello)
+        reply = wire.recv_one(self.sock, self.reader, timeout=connect_timeout)
         if reply is None:
             self.sock.close()
             raise CoordinatorUnreachable(f"coordinator = {address!r}: no answer to hello within {connect_timeout:g} s")
@@ -152,7 +153,7 @@ class _Link:
     def send(self, message: Dict[str, Any]) -> None:
         with self._send_lock:
             if not self._closed:
-                ft_wire.send(self.sock, message)
+                wire.send(self.sock, message)
 
     def _run(self) -> None:
         import select
@@ -215,159 +216,6 @@ class _Link:
         self.sock.close()
 
 
-# --- engines: how a generation's process group is connected --------------------
-
-
-class _NativeEngine:
-    """torch's gloo reconfigure: one process group for the whole job."""
-
-    name = "native"
-
-    def __init__(self, store: Any, worker_id: int, timeout: datetime.timedelta) -> None:
-        from torch._C._distributed_c10d import PrefixStore
-
-        self._timeout = timeout
-        self.pg = _compat.gloo_process_group(PrefixStore("ptc_ft/pg", store), worker_id, worker_id + 1, timeout,
-                                             reconfigurable=True)  # fmt: skip
-
-    def handle(self) -> str:
-        return self.pg.get_reconfigure_handle()
-
-    def connect(self, gen: int, rank: int, size: int, handles: List[str], timeout: datetime.timedelta) -> Any:
-        from torch._C._distributed_c10d import ReconfigureOptions
-
-        options = ReconfigureOptions()
-        options.uuid = gen
-        options.handles = list(handles)
-        options.timeout = timeout
-        self.pg.reconfigure(options).wait()
-        self.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
-        return self.pg
-
-
-def _open_sockets() -> Dict[int, int]:
-    """This process's open sockets: ``{fd: inode}`` (empty where the platform cannot list fds)."""
-    import stat
-
-    found: Dict[int, int] = {}
-    for directory in ("/proc/self/fd", "/dev/fd"):
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                info = os.fstat(int(name))
-            except (OSError, ValueError):
-                continue  # the listing's own fd, or closed since
-            if stat.S_ISSOCK(info.st_mode):
-                found[int(name)] = info.st_ino
-        break
-    return found
-
-
-def _gloo_group(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Tuple[Any, Dict[int, int]]:
-    """A connected gloo group and the sockets its construction opened (its listener and its
-    connections to the peers: gloo connects the full mesh before it returns)."""
-    before = _open_sockets()
-    pg = _compat.gloo_process_group(store, rank, size, timeout)
-    opened = {fd: inode for fd, inode in _open_sockets().items() if before.get(fd) != inode}
-    return pg, opened
-
-
-def _shut_down_connections(sockets: Dict[int, int]) -> int:
-    """Shut down those of ``sockets`` that are still open and connected; the number shut down.
-
-    This is how an abandoned gloo group's collectives end: gloo has no working abort
-    (``abort()``/``shutdown()`` leave a pending collective pending on torch 2.13.0 and
-    2.14.1 alike, measured), so a collective waiting on a peer that gave up waits until
-    that peer's process exits.  Its done-callback then runs on gloo's thread, and when that
-    happens while this interpreter is finalizing it crashes the process (SIGSEGV in
-    ``PyThreadState_New`` from ``PythonFutureWrapper``'s callback: 5 of 12 runs of
-    test_ddp_survives_a_crash_inside_the_gradient_allreduce on torch 2.13).  A shut-down
-    connection fails every collective on it at once, here and on the peer, while both
-    interpreters are alive.  The listener is left alone (gloo's accept loop aborts the
-    process if it is shut down), and an fd closed and reused since is recognized by its
-    inode.  The sockets are those that appeared while the group was built; another thread
-    that opened a socket in that window would have it shut down here too.
-    """
-    done = 0
-    for fd, inode in sockets.items():
-        try:
-            dup = os.dup(fd)
-        except OSError:
-            continue  # closed since
-        try:
-            if os.fstat(dup).st_ino != inode:
-                continue  # the number was reused for another file
-            conn = socket.socket(fileno=dup)
-            dup = -1  # the socket object owns it now
-            try:
-                conn.getpeername()  # not connected: the group's listener
-                conn.shutdown(socket.SHUT_RDWR)
-                done += 1
-            except OSError:
-                pass
-            finally:
-                conn.close()
-        finally:
-            if dup >= 0:
-                os.close(dup)
-    return done
-
-
-_ABANDONED: List[Any] = []  # abandoned groups, never destroyed (see _keep_for_good)
-
-
-def _keep_for_good(pg: Any) -> None:
-    """Keep ``pg`` until the process ends, without ever destroying it.
-
-    Destroying a gloo group with a collective still pending blocks until that collective
-    times out (the group's timeout), and destroyed by the garbage collector on one of
-    gloo's own threads (where a done-callback runs Python) it killed survivors with
-    std::terminate (``gloo::IoException``).  A module list alone would still be cleared,
-    and the group destroyed, while the interpreter shuts down, so the list also owns one
-    reference that is never released.  Cost: the group's threads stay until the process
-    exits (one group per generation change).
-    """
-    import ctypes
-
-    _ABANDONED.append(pg)
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))
-
-
-def _retire(pg: Any, sockets: Dict[int, int]) -> None:
-    """An abandoned generation's group: kept for good, its pending collectives ended now."""
-    _keep_for_good(pg)
-    _shut_down_connections(sockets)
-
-
-class _RebuildEngine:
-    """A new gloo process group per generation; abandoned ones kept for good."""
-
-    name = "rebuild"
-
-    def __init__(self, store: Any, worker_id: int, timeout: datetime.timedelta) -> None:
-        self._store = store
-        self._timeout = timeout
-        self.pg: Any = None
-        self._sockets: Dict[int, int] = {}
-
-    def handle(self) -> str:
-        return ""
-
-    def connect(self, gen: int, rank: int, size: int, handles: List[str], timeout: datetime.timedelta) -> Any:
-        from torch._C._distributed_c10d import PrefixStore
-
-        pg, sockets = _gloo_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
-        pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
-        if self.pg is not None:
-            # every member of the new generation has left the old one (they all built this group)
-            _retire(self.pg, self._sockets)
-        self.pg, self._sockets = pg, sockets
-        return pg
-
-
 # --- subgroups ------------------------------------------------------------------
 
 
@@ -412,6 +260,9 @@ class FaultTolerantGroup:
 
     Build it with :func:`init_fault_tolerant`.  ``rank``/``size`` are those of
     the current generation, ``worker_id`` is stable for the process's life.
+    ``faults``: a fault plan (:class:`~ptc.distributed.ft.faults.Fault` records,
+    for tests, demos and benchmarks); this worker fires those that target it at
+    its fault points.  Without one (the default) nothing is ever injected.
     """
 
     def __init__(
@@ -428,6 +279,7 @@ class FaultTolerantGroup:
         engine: str = "auto",
         flight_recorder: Any = None,
         job: str = "default",
+        faults: Sequence[Fault] = (),
     ) -> None:
         if isinstance(worker_id, bool) or not isinstance(worker_id, int) or worker_id < 0:
             raise PtcValueError(f"worker_id = {worker_id!r}: expected an int >= 0 (a unique id per worker process)")
@@ -440,6 +292,10 @@ class FaultTolerantGroup:
                 raise PtcValueError(f"{name} = {value!r}: expected seconds > 0")
         if engine not in ("auto", "native", "rebuild"):
             raise PtcValueError(f"engine = {engine!r}: expected 'auto', 'native' or 'rebuild'")
+        if isinstance(faults, (str, bytes)) or not isinstance(faults, Sequence) or not all(
+            isinstance(f, Fault) for f in faults
+        ):
+            raise PtcTypeError("faults: expected a list of ptc.distributed.ft_faults.Fault records")
         if engine == "native" and not _compat.GLOO_RECONFIGURE:
             from ptc.errors import FeatureUnavailable
 
@@ -468,12 +324,10 @@ class FaultTolerantGroup:
         self.previous: Optional[Generation] = None
         self.rejoined = False
         self.closed = False
-        from ptc.distributed.ft_faults import Injector
-
-        self.faults = Injector.from_env(lambda name, data: self._event(name, **data))
+        self.faults = Injector(faults, lambda name, data: self._event(name, **data)) if faults else None
         self._link = self._connect(world_size)
         self._store = self._make_store()
-        self._engine = (_NativeEngine if self._engine_name == "native" else _RebuildEngine)(
+        self._engine = (gloo.NativeEngine if self._engine_name == "native" else gloo.RebuildEngine)(
             self._store, worker_id, self._timeout
         )
         self.recover(timeout=self._join_timeout)
@@ -488,7 +342,7 @@ class FaultTolerantGroup:
     def _make_store(self) -> Any:
         import torch.distributed as dist
 
-        host, _ = ft_wire.parse_address(self.coordinator)
+        host, _ = wire.parse_address(self.coordinator)
         return dist.TCPStore(host, self._link.store_port, is_master=False,
                              timeout=datetime.timedelta(seconds=self._connect_timeout))  # fmt: skip
 
@@ -541,14 +395,6 @@ class FaultTolerantGroup:
         news = None if link is None else link.announced
         if news is not None and news.failed and self._recorder is not None and self.generation is not None:
             threading.Thread(target=self._dump_recorders, args=(news,), daemon=True).start()
-
-    def _dump_recorders(self, news: Generation) -> None:
-        from ptc.distributed import flight_recorder as fr
-
-        try:
-            fr.dump_all(f"ptc fault tolerance: worker(s) {list(news.failed)} failed; generation {news.number}")
-        except Exception:  # noqa: BLE001 - a dump must never break recovery
-            pass
 
     def stale(self) -> bool:
         """True when the coordinator formed a newer generation (this one is aborted)."""
@@ -630,7 +476,7 @@ class FaultTolerantGroup:
             return news
 
     def fault_point(self, point: str, at: int, rank: Optional[int]) -> None:
-        """Fire the injected faults (``$PTC_FT_FAULTS``, see ft_faults) due here."""
+        """Fire the faults of the plan (``faults=``, see :mod:`ptc.distributed.ft.faults`) due here."""
         if self.faults is not None:
             self.faults.point(point, at, self.worker_id, rank)
 
@@ -662,12 +508,12 @@ class FaultTolerantGroup:
         rank, size = news.rank_of(self.worker_id), len(news.members)
         for sub in self._subgroups if subs is None else subs:
             if sub.pg is not None:
-                _retire(sub.pg, sub._sockets)
+                gloo.retire(sub.pg, sub._sockets)
             sub.pg, sub._sockets, sub.ranks, sub.generation = None, {}, (), news.number
             for i, part in enumerate(sub._partition(size)):
                 if rank in part:
                     store = PrefixStore(f"ptc_ft/g{news.number}/sub{sub.index}/{i}", self._store)
-                    sub.pg, sub._sockets = _gloo_group(store, part.index(rank), len(part), self._reconfigure_timeout)
+                    sub.pg, sub._sockets = gloo.new_group(store, part.index(rank), len(part), self._reconfigure_timeout)
                     sub.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
                     sub.ranks = tuple(part)
 
@@ -692,6 +538,18 @@ class FaultTolerantGroup:
         return sub
 
     # --- flight recorder -------------------------------------------------------
+
+    # What the Flight Recorder hears from this group, all of it here: a recorder passed as
+    # ``flight_recorder=`` is attached to the first generation's group and moved to each later one,
+    # and every recorder of the process dumps when news names failed workers.
+
+    def _dump_recorders(self, news: Generation) -> None:
+        from ptc.distributed.flight_recorder.recorder import dump_all
+
+        try:
+            dump_all(f"ptc fault tolerance: worker(s) {list(news.failed)} failed; generation {news.number}")
+        except Exception:  # noqa: BLE001 - a dump must never break recovery
+            pass
 
     def _move_recorder(self, old_pg: Any, new_pg: Any, news: Generation) -> None:
         recorder = self._recorder
@@ -930,7 +788,7 @@ def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int
             store = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout))
         except Exception as exc:  # noqa: BLE001 - report which store, whatever c10d raised
             raise CoordinatorUnreachable(f"store {host}:{port} (MASTER_ADDR/MASTER_PORT): {exc}") from None
-    from ptc.distributed.coordinator import spawn_detached
+    from ptc.distributed.ft.coordinator import spawn_detached
 
     key = f"ptc_ft/{job}/coordinator"
     claim = store.compare_set(f"ptc_ft/{job}/spawner", "", str(worker_id))

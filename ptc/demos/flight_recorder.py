@@ -50,7 +50,7 @@ def main() -> None:
     """Run the demo and print what ``ptc fr-trace`` would print."""
     import torch.distributed as dist
 
-    from ptc.distributed import fr_analysis
+    from ptc.distributed.flight_recorder import analysis as fr_analysis
     from ptc.distributed.processes import wait_then_kill
 
     dump_dir = tempfile.mkdtemp(prefix="ptc-fr-demo-")
@@ -58,7 +58,7 @@ def main() -> None:
     print("3 gloo processes on 127.0.0.1; rank 2 calls broadcast where ranks 0 and 1 call all_reduce")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "ptc.distributed.fr_demo", str(r), str(store.port), dump_dir],
+            [sys.executable, "-m", "ptc.demos.flight_recorder", str(r), str(store.port), dump_dir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         for r in range(WORLD)

@@ -2,8 +2,9 @@
 
 A feature adds its section by adding one line to ``SECTIONS``: its name (what
 ``ptc demo NAME`` takes), a one-line title, and ``"module:function"`` of a
-function that prints what the feature does on real inputs.  The whole tour
-must finish in under 3 minutes on a 2-core CPU.
+function that prints what the feature does on real inputs, from a module of
+this package (``ptc.demos.<section>``; ``env`` prints ``ptc env``'s report).
+The whole tour must finish in under 3 minutes on a 2-core CPU.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ class Section(NamedTuple):
 
 SECTIONS: Dict[str, Section] = {
     "env": Section("what this install can do", "ptc._env:demo"),
-    "specs": Section("one shape spec for compile, export and checks", "ptc.specs.demo:main"),
-    "switch": Section("N-way switch lowered to a torch.cond tree", "ptc.control_flow.demo:main"),
-    "cudagraph": Section("while_loop/cond captured with conditional nodes (CPU simulator)", "ptc.cudagraph.demo:main"),
-    "complex": Section("complex tensors compiled into fused real kernels", "ptc.complex.demo:main"),
-    "gemm": Section("CuTeDSL GEMM candidates, fusion decisions and a shared autotune DB", "ptc.gemm.demo:main"),
-    "flight_recorder": Section("a gloo desync recorded, dumped and diagnosed", "ptc.distributed.fr_demo:main"),
-    "ft": Section("a worker SIGKILLed mid-allreduce; the others go on, it rejoins", "ptc.distributed.ft_demo:main"),
+    "specs": Section("one shape spec for compile, export and checks", "ptc.demos.specs:main"),
+    "switch": Section("N-way switch lowered to a torch.cond tree", "ptc.demos.switch:main"),
+    "cudagraph": Section("while_loop/cond captured with conditional nodes (CPU simulator)", "ptc.demos.cudagraph:main"),
+    "complex": Section("complex tensors compiled into fused real kernels", "ptc.demos.complex:main"),
+    "gemm": Section("CuTeDSL GEMM candidates, fusion decisions and a shared autotune DB", "ptc.demos.gemm:main"),
+    "flight_recorder": Section("a gloo desync recorded, dumped and diagnosed", "ptc.demos.flight_recorder:main"),
+    "ft": Section("a worker SIGKILLed mid-allreduce; the others go on, it rejoins", "ptc.demos.ft:main"),
 }
 
 

@@ -3,7 +3,7 @@
 A few lines turn an existing loop into one that survives crashed, hung and
 joining workers::
 
-    ft = init_fault_tolerant()                       # see ft_group
+    ft = init_fault_tolerant()                       # see ptc.distributed.ft.group
     trainer = Trainer(ft, model, optimizer)          # or Trainer(..., ddp=True) and use trainer.model
     while trainer.step < total_steps:
         trainer.run_step(lambda info: loss_fn(trainer.model(batch(info.step, info.worker_id))).backward())
@@ -53,12 +53,13 @@ overlapping the rest of backward as with DDP's own hook, and runs in place
 in DDP's bucket like DDP's own (only the bucket the vote rides with is
 copied: the previous step's smallest, or the last, when under 4 MiB; an
 abandoned one ends before the next attempt touches a gradient; see
-:meth:`Trainer._hook_start`).  A model whose gradients fit in one small
-bucket (under ``DDP_HOOK_MIN_BYTES``, 512 KiB, and DDP's bucket cap) has
-nothing to overlap: it gets no hook, DDP runs as under ``no_sync()``, and the
-Trainer reduces the gradients after backward as it does without DDP (a comm
-hook in Python costs more than such a model's whole allreduce).  The hook runs
-in C++ (:mod:`ptc.distributed.ft_native`: no Python per bucket, each bucket
+:meth:`ptc.distributed.ft.transports.PythonHook.start`).  A model whose
+gradients fit in one small bucket (under ``DDP_HOOK_MIN_BYTES``, 512 KiB, and
+DDP's bucket cap) has nothing to overlap: it gets no hook, DDP runs as under
+``no_sync()``, and the Trainer reduces the gradients after backward as it does
+without DDP (a comm hook in Python costs more than such a model's whole
+allreduce).  The hook runs
+in C++ (:mod:`ptc.distributed.ft.native`: no Python per bucket, each bucket
 averaged by the backend's thread when its allreduce completes, pending ones
 released by the coordinator's news) or in Python, with the same collectives
 and the same bits: ``ddp_hook="auto"`` takes the C++ one where it is built and
@@ -82,30 +83,21 @@ own between generation changes, like parameters they are made equal by
 
 from __future__ import annotations
 
-import functools
 import io
-import math
 import threading
 import time
 import weakref
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from ptc.distributed.ft_group import GROW_GRACE_S, FaultTolerantGroup, Fenced
+from ptc.distributed.ft.group import GROW_GRACE_S, FaultTolerantGroup, Fenced
+from ptc.distributed.ft.transports import AfterBackward, NativeHook, PythonHook, comm_hook
+from ptc.distributed.ft.vote import WireBuffer, as_real, read_summed_vote, vote_values
+from ptc.distributed.ft.vote import read_vote, vote_flags, wire_dtype  # noqa: F401 - this module's names too
 from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
-
-# With ddp=True the step's vote rides with one gradient bucket, copied with the vote appended (one
-# collective): the smallest bucket of the previous step when it has at most this many bytes (DDP's
-# buckets keep their layout from step to step), else the last one when it is that small; every other
-# bucket is reduced in place, in DDP's own buffer.  With no bucket that small the vote goes in an
-# allreduce of its own after the last bucket.  Measured on the 2-core test machine (4 workers,
-# benchmarks/ft.py's 1.6M-parameter model, blocks in the same processes): that one more 20-byte
-# collective cost 2 to 14 points of step time (a collective wakes every worker's threads a few
-# times), while copying a bucket costs 64 us per MiB (one thread, warm cache).
-VOTE_COPY_MAX_BYTES = 4 * 1024 * 1024
 
 # With ddp=True, a model whose gradients take fewer bytes than this (and fit in one bucket of DDP's
 # bucket cap) gets no comm hook: DDP would hand them over as one bucket at the very end of backward,
@@ -137,115 +129,6 @@ def state_checksum(tensors: List[torch.Tensor], step: int) -> int:
         t = t.detach().contiguous().cpu().reshape(-1)  # 1-d: a 0-d tensor has no byte view (Adam's step, BN's count)
         crc = zlib.crc32(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", crc)
     return crc
-
-
-def _as_real(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or its real view (a trailing dimension of 2) if it is complex."""
-    return torch.view_as_real(t) if t.is_complex() else t
-
-
-@functools.lru_cache(maxsize=None)
-def _digit_bits(dtype: torch.dtype, size: int) -> int:
-    """Bits per step digit: ``size`` digits below ``2**bits`` sum exactly in ``dtype`` (whose
-    significand, implicit bit included, holds every integer up to ``2**exact``)."""
-    exact = round(-math.log2(torch.finfo(dtype).eps)) + 1
-    return exact - size.bit_length()
-
-
-def wire_dtype(dtypes: Set[torch.dtype], size: int) -> torch.dtype:
-    """The dtype a step's allreduce carries gradients of ``dtypes`` in, among ``size`` members.
-
-    Their own dtype when there is one (what DDP sends: float32 gradients are not
-    doubled on the wire), float64 when they mix dtypes or when the dtype is too
-    narrow to sum the vote exactly (bfloat16 past 127 members, float16 past 1023).
-    """
-    if len(dtypes) == 1:
-        (dtype,) = dtypes
-        if dtype.is_floating_point and _digit_bits(dtype, size) >= 1:
-            return dtype
-    return torch.float64
-
-
-def _step_digits(step: int, size: int, dtype: torch.dtype) -> List[int]:
-    bits = _digit_bits(dtype, size)
-    if bits < 1:
-        raise PtcValueError(f"dtype {dtype} cannot carry the vote of {size} members exactly (use wire_dtype)")
-    mask = (1 << bits) - 1
-    return [(step >> (bits * i)) & mask for i in range(-(-63 // bits))]
-
-
-def vote_values(step: int, join_pending: bool, size: int, dtype: torch.dtype) -> List[int]:
-    """``[1, join_pending, *digits]``: this member's vote, its join flag and its step.
-
-    The step (at most 63 bits) is written in base ``2**b`` with the largest ``b``
-    for which ``size`` digits add up exactly in ``dtype`` (float64: 2 digits,
-    float32: 3, bfloat16 with 4 members: 13), lowest digit first, so that the
-    allreduce's sums are exact integers whatever the order of the additions.
-    """
-    return [1, 1 if join_pending else 0, *_step_digits(step, size, dtype)]
-
-
-def vote_flags(step: int, join_pending: bool, size: int, dtype: torch.dtype) -> torch.Tensor:
-    """:func:`vote_values` as a tensor of ``dtype`` (what a member adds to the step's allreduce)."""
-    return torch.tensor(vote_values(step, join_pending, size, dtype), dtype=dtype)
-
-
-def read_vote(total: torch.Tensor, size: int, step: int) -> Tuple[int, int, bool]:
-    """From the summed flags of :func:`vote_flags`: (votes, join flags, every member voted ``step``).
-
-    Equivalent to ``sum(steps) == size * step``, digit by digit: equal steps always pass.
-    """
-    return read_summed_vote(total.tolist(), vote_values(step, False, size, total.dtype), size)
-
-
-def read_summed_vote(summed: List[float], vote: List[int], size: int) -> Tuple[int, int, bool]:
-    """:func:`read_vote` of the sums ``summed`` of ``size`` members' votes, ``vote`` being this member's
-    (:func:`vote_values`, its step digits are what every member's must be)."""
-    same_step = all(v == size * d for v, d in zip(summed[2:], vote[2:]))
-    return int(summed[0]), int(summed[1]), same_step
-
-
-def _host_view(t: torch.Tensor) -> Any:
-    """A NumPy array sharing ``t``'s memory, or None (not on the CPU, a dtype NumPy lacks: bfloat16)."""
-    if t.device.type != "cpu":
-        return None
-    try:
-        return t.numpy()
-    except (TypeError, RuntimeError):  # bfloat16 (TypeError), NumPy missing (RuntimeError)
-        return None
-
-
-class _WireBuffer:
-    """One allreduce's buffer, kept under ``key`` for the next step's: ``flat`` is ``head`` (what
-    is averaged: gradients, or a copy of a DDP bucket) followed by ``tail`` (the vote, or nothing).
-
-    The vote is written and read through a NumPy view of the tail where the tail has one (on the
-    CPU, in a dtype NumPy knows), which spends no torch call on it; elsewhere through torch.
-    """
-
-    __slots__ = ("key", "flat", "head", "tail", "votes", "written", "_host")
-
-    def __init__(self, key: Any, numel: int, vote: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.key = key
-        self.flat = torch.empty(numel + vote, dtype=dtype, device=device)
-        self.head, self.tail = self.flat[:numel], self.flat[numel:]
-        self.votes = vote  # elements of the vote (0: none)
-        self.written: List[int] = []  # the vote written last (read_vote gives its sums after the allreduce)
-        self._host = _host_view(self.tail)
-
-    def fits(self, numel: int, vote: int, dtype: torch.dtype, device: torch.device) -> bool:
-        return (self.head.numel() == numel and self.votes == vote and self.flat.dtype == dtype
-                and self.flat.device == device)  # fmt: skip
-
-    def write_vote(self, values: List[int]) -> None:
-        self.written = values
-        if self._host is not None:
-            self._host[:] = values
-        else:
-            self.tail.copy_(torch.tensor(values, dtype=self.tail.dtype))
-
-    def read_vote(self) -> List[float]:
-        return self._host.tolist() if self._host is not None else self.tail.tolist()
 
 
 class Trainer:
@@ -288,16 +171,10 @@ class Trainer:
         self.syncs: List[Dict[str, Any]] = []
         self._needs_sync = True
         self._params = [p for p in model.parameters() if p.requires_grad]
-        self._numels = [_as_real(p).numel() for p in self._params]
-        self._dtypes = {_as_real(p).dtype for p in self._params}
-        self._hook_failure: Optional[BaseException] = None
-        self._hook_flags: Optional[Tuple[List[float], List[int]]] = None  # (summed votes, this member's vote)
-        self._wire_buffers: Dict[Any, _WireBuffer] = {}
-        self._hook_pending: List[tuple] = []  # buckets whose allreduce started, waited by the last one's hook
+        self._numels = [as_real(p).numel() for p in self._params]
+        self._dtypes = {as_real(p).dtype for p in self._params}
+        self._wire_buffers: Dict[Any, WireBuffer] = {}  # see _filled_wire
         self._hook_abandoned: List[Any] = []  # Works of failed steps that reduce in DDP's buckets in place
-        self._vote_sent = False  # this attempt's vote went out with a bucket (ddp=True)
-        self._vote_index: Optional[int] = None  # the bucket the vote rides with (see _hook_start)
-        self._bucket_bytes: Dict[int, int] = {}  # DDP's bucket sizes, by index, as last seen
         if ddp_options is not None and not ddp:
             raise PtcValueError("ddp_options: given without ddp=True")
         if ddp_hook not in ("auto", "native", "python"):
@@ -308,17 +185,17 @@ class Trainer:
             raise PtcValueError("ddp_options: process_group is the Trainer's own (a process-local one; see ddp=True)")
         self._ddp_sync_buffers = False  # DDP's forward_sync_buffers, done by the Trainer (_wrap_ddp)
         self._ddp_hook = False  # ddp=True with ptc's comm hook (else the gradients are reduced after backward)
-        self._native: Any = None  # the native hook's state (ft_native.cpp), when DDP runs it
+        self._native: Any = None  # the native hook's state (ft/native.cpp), when DDP runs it
         self.model: torch.nn.Module = self._wrap_ddp(model, ddp_options or {}, ddp_hook) if ddp else model
-        # without DDP, and where the gradients share one dtype: they are views of one flat buffer, so
-        # a step zeroes, sends and averages them with a few torch calls whatever the number of tensors
-        self._grad_flat, self._grad_views = None, []
-        if not self._ddp_hook and len(self._dtypes) == 1 and len({p.device for p in self._params}) == 1:
+        # how the gradients reach the group (see ptc.distributed.ft.transports)
+        self._transport: Any
+        if self._native is not None:
             (dtype,) = self._dtypes
-            self._grad_flat = torch.zeros(sum(self._numels), dtype=dtype, device=self._params[0].device)
-            for p, part in zip(self._params, self._grad_flat.split(self._numels)):
-                self._grad_views.append(torch.view_as_complex(part.view(*p.shape, 2)) if p.is_complex()
-                                        else part.view(p.shape))  # fmt: skip
+            self._transport = NativeHook(self._params, dtype)
+        elif self._ddp_hook:
+            self._transport = PythonHook(self._params)
+        else:
+            self._transport = AfterBackward(self._params, self._numels, self._dtypes)
 
     # --- state ---------------------------------------------------------------
 
@@ -436,61 +313,27 @@ class Trainer:
         self._needs_sync = True
 
     def _attempt(self, compute: Callable[[StepInfo], Any], before_step: Optional[Callable[[StepInfo], Any]] = None) -> bool:
+        """One try at the current step: zero, compute, reduce with the vote, commit (or not)."""
         ft = self.group
         gen = ft._current()
         rank, size = gen.rank_of(ft.worker_id), len(gen.members)
         info = StepInfo(self.step, rank, size, ft.worker_id, gen.number)
-        if self._grad_flat is not None:
-            self._grad_flat.zero_()
-            for p, view in zip(self._params, self._grad_views):
-                if p.grad is not view:  # someone replaced it (or set it to None): a view again
-                    p.grad = view
-        elif self._ddp_hook:
-            # as after optimizer.zero_grad(): DDP copies each fresh gradient into its bucket and points
-            # p.grad at it there (gradient_as_bucket_view), which spares a zeroing and an accumulating pass
-            for p in self._params:
-                p.grad = None
-        else:  # zeroed in place (no DDP hook: the Trainer reads every p.grad after compute)
-            grads = []
-            for p in self._params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                else:
-                    grads.append(p.grad)
-            if grads:
-                torch._foreach_zero_(grads)
-        self._hook_failure, self._hook_flags, self._vote_sent = None, None, False
-        if self._hook_pending:  # a backward that stopped before its last bucket: release the rest
-            self._hook_finish(wait=False)
+        transport = self._transport
+        transport.zero(self)
         if self._hook_abandoned:
             self._drain_abandoned()
         ft.fault_point("step", self.step, rank)
         if self._ddp_sync_buffers:
             self._broadcast_buffers(rank)
-        if self._native is not None:
-            summed, vote = self._compute_native(compute, info, gen)
-        else:
-            compute(info)
-            if not self._ddp_hook:
-                wire = wire_dtype(self._dtypes, size)
-                vote = self._vote(wire)
-                if self._grad_flat is not None and all(p.grad is v for p, v in zip(self._params, self._grad_views)):
-                    sent = self._allreduce_wire("trainer", [self._grad_flat], wire, vote)
-                    # the mean, divided straight into the gradients (the same IEEE division as p.grad / size)
-                    torch.div(sent.head, size, out=self._grad_flat)
-                else:  # mixed dtypes, or compute() replaced a gradient: one torch call per parameter
-                    grads = [_as_real(p.grad).reshape(-1).to(wire) for p in self._params]
-                    sent = self._allreduce_wire("trainer", grads, wire, vote)
-                    for p, summed in zip(self._params, sent.head.split(self._numels)):
-                        grad = _as_real(p.grad)
-                        torch.div(summed.view_as(grad), size, out=grad)
-                summed = sent.read_vote()
-            else:
-                if self._hook_failure is not None:
-                    raise self._hook_failure
-                if self._hook_flags is None:
-                    raise PtcError(_NO_LAST_BUCKET)
-                summed, vote = self._hook_flags
+        transport.compute(self, compute, info, gen)
+        summed, vote = transport.reduce(self, info)
+        return self._commit(info, gen, summed, vote, before_step)
+
+    def _commit(self, info: StepInfo, gen: Any, summed: List[float], vote: List[int],
+                before_step: Optional[Callable[[StepInfo], Any]]) -> bool:  # fmt: skip
+        """Apply the step if every member voted for this very step; grow when a member asked to."""
+        ft = self.group
+        size = info.size
         votes, join, same_step = read_summed_vote(summed, vote, size)
         committed = votes == size and same_step
         if committed:
@@ -508,28 +351,8 @@ class Trainer:
             self._needs_sync = True
         return committed
 
-    def _compute_native(self, compute: Callable[[StepInfo], Any], info: StepInfo, gen: Any) -> Tuple[List[float], List[int]]:
-        """``compute(info)`` with the native hook serving DDP's buckets: (the vote's sums, this member's vote)."""
-        ft = self.group
-        (dtype,) = self._dtypes
-        vote = self._vote(dtype)
-        aborted = f"allreduce: generation {gen.number} was aborted" if ft.stale() else ""
-        after_issue = ft._count_collective if ft.faults is not None else None
-        self._native.begin(ft._engine.pg, info.size, [float(v) for v in vote], VOTE_COPY_MAX_BYTES, aborted,
-                           after_issue)  # fmt: skip
-        try:
-            compute(info)
-        finally:
-            error, summed, abandoned = self._native.end()
-            self._hook_abandoned.extend(abandoned)
-        if error is not None:
-            raise ft._failure(error)
-        if summed is None:
-            raise PtcError(_NO_LAST_BUCKET)
-        return summed, vote
-
     def _filled_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int],
-                     device: torch.device) -> _WireBuffer:  # fmt: skip
+                     device: torch.device) -> WireBuffer:  # fmt: skip
         """A buffer of the Trainer's own for one allreduce, holding ``torch.cat(parts)`` (1-d,
         converted to ``dtype``), then ``vote``.
 
@@ -541,7 +364,7 @@ class Trainer:
         numel = sum(part.numel() for part in parts)
         buffer = self._wire_buffers.pop(key, None)
         if buffer is None or not buffer.fits(numel, len(vote), dtype, device):
-            buffer = _WireBuffer(key, numel, len(vote), dtype, device)
+            buffer = WireBuffer(key, numel, len(vote), dtype, device)
         if len(parts) == 1:
             buffer.head.copy_(parts[0])
         elif parts:
@@ -550,95 +373,12 @@ class Trainer:
             buffer.write_vote(vote)
         return buffer
 
-    def _allreduce_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int]) -> _WireBuffer:
+    def _allreduce_wire(self, key: Any, parts: List[torch.Tensor], dtype: torch.dtype, vote: List[int]) -> WireBuffer:
         """The sum over the group of :meth:`_filled_wire`'s buffer."""
         buffer = self._filled_wire(key, parts, dtype, vote, parts[0].device if parts else torch.device("cpu"))
         self.group._allreduce_owned(buffer.flat)
         self._wire_buffers[key] = buffer  # completed: safe to use again
         return buffer
-
-    def _hook_start(self, index: int, buffer: torch.Tensor, future: Any, last: bool) -> None:
-        """Start bucket ``index``'s allreduce; :meth:`_hook_finish` waits for it.
-
-        A bucket whose dtype is the wire dtype is reduced in place, in DDP's bucket (the
-        gradients themselves, with ``gradient_as_bucket_view``), like DDP's own hook does, unless
-        it carries the step's vote: then it travels in a :meth:`_filled_wire` buffer with the vote
-        appended (one collective), as does a bucket of another dtype.  The vote rides with the
-        first bucket that is copied anyway, or with the smallest bucket of the previous step
-        (``_vote_index``) or the last one, when it has at most ``VOTE_COPY_MAX_BYTES``; a big last
-        bucket that finds the vote unsent is reduced in place and the vote follows it in an
-        allreduce of its own.  So every step sends the vote exactly once.  In place
-        is safe because no abandoned collective outlives the recovery: both engines end a
-        replaced generation's pending collectives at once (see ``ft_group._retire``), and
-        :meth:`_drain_abandoned` waits for them before the next attempt touches a gradient.
-        """
-        ft = self.group
-        wire = wire_dtype({buffer.dtype}, ft.size)
-        nbytes = buffer.numel() * buffer.element_size()
-        self._bucket_bytes[index] = nbytes
-        copied_anyway = buffer.dtype != wire
-        small = nbytes <= VOTE_COPY_MAX_BYTES
-        vote_here = not self._vote_sent and (last or copied_anyway or (index == self._vote_index and small))
-        in_place = not copied_anyway and not (vote_here and small)
-        vote = self._vote(wire) if vote_here else []
-        self._vote_sent = self._vote_sent or vote_here
-        if last:  # where the next step's vote rides: DDP keeps its layout (rebuilt once, after the first step)
-            sizes = {i: n for i, n in self._bucket_bytes.items() if i <= index}
-            self._bucket_bytes = sizes
-            smallest = min(sizes, key=lambda i: (sizes[i], i))
-            self._vote_index = smallest if sizes[smallest] <= VOTE_COPY_MAX_BYTES else None
-        # (what to reduce, its _filled_wire buffer or None, the bucket it fills or None)
-        jobs: List[tuple] = []
-        if in_place:
-            # this bucket index may have been copied before DDP rebuilt its buckets (after the first
-            # step): that copy buffer will not be used again
-            self._wire_buffers.pop(("bucket", index), None)
-            jobs.append((buffer, None, buffer))
-            if vote:
-                sent = self._filled_wire("vote", [], wire, vote, buffer.device)
-                jobs.append((sent.flat, sent, None))
-        else:
-            sent = self._filled_wire(("bucket", index), [buffer], wire, vote, buffer.device)
-            jobs.append((sent.flat, sent, buffer))
-        for n, (flat, sent, bucket) in enumerate(jobs):
-            try:
-                gen, work = ft._allreduce_owned_start(flat)
-            except (PeerFailure, Fenced) as failure:
-                self._hook_failure = failure
-                if n == 0:  # else the bucket's own allreduce went out: _hook_finish completes its future
-                    future.set_result(buffer)
-                return
-            self._hook_pending.append((gen, work, flat, sent, bucket, future if bucket is not None else None))
-
-    def _hook_finish(self, wait: bool = True) -> None:
-        """Wait for the started allreduces in order; average each bucket and complete its future
-        (after a failure, or with ``wait=False``: complete them with whatever the bucket holds,
-        the step will not be committed).  In-place Works not waited to the end are kept for
-        :meth:`_drain_abandoned`."""
-        ft = self.group
-        pending, self._hook_pending = self._hook_pending, []
-        for gen, work, flat, sent, bucket, future in pending:
-            completed = False
-            try:
-                if wait and self._hook_failure is None:
-                    ft._await("allreduce", gen, work)
-                    completed = True
-                    if bucket is not None:
-                        if flat is bucket:
-                            bucket.div_(ft.size)  # the mean, in place (the same IEEE division)
-                        else:
-                            torch.div(sent.head, ft.size, out=bucket)  # the mean, in one pass over the bucket
-                    if sent is not None:
-                        if sent.votes:
-                            self._hook_flags = (sent.read_vote(), sent.written)
-                        self._wire_buffers[sent.key] = sent  # completed: safe to use again
-            except (PeerFailure, Fenced) as failure:
-                self._hook_failure = failure
-            finally:
-                if not completed and flat is bucket:
-                    self._hook_abandoned.append(work)
-                if future is not None:
-                    future.set_result(bucket)
 
     def _drain_abandoned(self) -> None:
         """Wait until every abandoned in-place allreduce has ended, so none writes into a gradient
@@ -674,20 +414,20 @@ class Trainer:
         local = _compat.gloo_process_group(HashStore(), 0, 1, datetime.timedelta(seconds=60))
         # gradients as views of DDP's buckets: DDP copies no gradient into a bucket and back
         ddp = DistributedDataParallel(model, process_group=local, **{"gradient_as_bucket_view": True, **options})
-        grad_bytes = sum(_as_real(p).numel() * _as_real(p).element_size() for p in self._params)
+        grad_bytes = sum(as_real(p).numel() * as_real(p).element_size() for p in self._params)
         one_small_bucket = grad_bytes < DDP_HOOK_MIN_BYTES and grad_bytes <= getattr(ddp, "bucket_bytes_cap", -1)
         self._ddp_hook = not one_small_bucket
         self._native = self._native_hook(hook) if self._ddp_hook else None
         if self._native is not None:
-            from ptc.distributed import ft_native
+            from ptc.distributed.ft import native
 
-            ft_native.load().register(ddp.reducer, self._native)  # the reducer keeps the state weakly
+            native.load().register(ddp.reducer, self._native)  # the reducer keeps the state weakly
             self.group._listen_for_news(self._on_news)
         elif self._ddp_hook:
             # the hook's state refers to the trainer weakly: a strong reference would make a cycle
             # (trainer -> DDP -> reducer -> state) that only the garbage collector frees, possibly during
             # interpreter shutdown, when the C++ reducer's destructor can no longer release Python objects
-            ddp.register_comm_hook(weakref.ref(self), _ft_comm_hook)
+            ddp.register_comm_hook(weakref.ref(self), comm_hook)
         else:  # one small bucket at the end of backward: reduced by the Trainer after it (DDP_HOOK_MIN_BYTES)
             ddp.require_backward_grad_sync = False  # what DDP's no_sync() sets
         # DDP would broadcast the module buffers over its process-local group, which changes nothing:
@@ -706,7 +446,7 @@ class Trainer:
         return "native" if self._native is not None else "python"
 
     def _native_hook(self, choice: str) -> Any:
-        """The native hook's state (ft_native), or None for the Python hook: ``"auto"`` takes the
+        """The native hook's state (ft.native), or None for the Python hook: ``"auto"`` takes the
         native one when it is built and can serve this model, ``"native"`` builds it or raises."""
         if choice == "python":
             return None
@@ -720,9 +460,9 @@ class Trainer:
             why = ("a Flight Recorder capturing through ptc's method wrapper is attached to the group: it would not "
                    "see the collectives C++ issues")  # fmt: skip
         else:
-            from ptc.distributed import ft_native
+            from ptc.distributed.ft import native
 
-            module = ft_native.load(build=choice == "native")
+            module = native.load(build=choice == "native")
             return None if module is None else module.HookState()
         if choice == "native":
             raise PtcValueError(f"ddp_hook = 'native': {why}; use ddp_hook='python'")
@@ -765,36 +505,3 @@ class Trainer:
                     b.view(-1).view(torch.uint8).copy_(part)
                 else:
                     b.copy_(part.clone().view(b.dtype).view(b.shape))
-
-
-_NO_LAST_BUCKET = ("ddp=True: the gradient hook did not run for the last bucket: a parameter got no gradient in this "
-                   "step; DDP needs ddp_options={'find_unused_parameters': True} for a model that leaves parameters "
-                   "unused")  # fmt: skip
-
-
-def _ft_comm_hook(trainer_ref, bucket):  # no annotations: DDP checks them against its own types
-    """DDP communication hook: each bucket is averaged over the fault-tolerant
-    group; one of them carries the vote (see ``Trainer._hook_start``).  After a failure the remaining
-    buckets keep their local gradients (the step will not be committed).
-
-    Each bucket's allreduce starts when DDP hands the bucket over, so backward
-    goes on computing (and the backend may run several buckets at once); the
-    last bucket's hook waits for them all, in order, and completes every
-    bucket's future.  DDP reduces buckets in index order, so the last one's
-    hook comes after every other."""
-    buffer = bucket.buffer()
-    future: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
-    trainer = trainer_ref()  # DDP's hook state: a weak reference to the Trainer
-    if trainer is None:  # the Trainer is gone: nothing will commit this step
-        future.set_result(buffer)
-        return future
-    last = bucket.is_last()
-    try:
-        if trainer._hook_failure is None:
-            trainer._hook_start(bucket.index(), buffer, future, last)
-        else:
-            future.set_result(buffer)
-    finally:
-        if last:
-            trainer._hook_finish()
-    return future

@@ -7,7 +7,7 @@ import time
 import torch
 
 from ptc import _compat
-from ptc.cudagraph import programs as P
+from ptc.demos import cudagraph_programs as P
 from ptc.cudagraph.api import capture
 from ptc.cudagraph.eligibility import Support
 from ptc.errors import CaptureError

@@ -26,7 +26,7 @@ GIL there; on gloo that hand-off cost 5-15 % of a 1 MB all_reduce loop on two
 cores, far over the recorder's budget.  Works never waited in Python (the DDP
 reducer's, those consumed through ``get_future()``) are found complete by the
 recorder's polling instead (see ``FlightRecorder``).  The native core
-(:mod:`ptc.distributed.fr_native`) adds that callback in C++, where it needs
+(:mod:`ptc.distributed.flight_recorder.native`) adds that callback in C++, where it needs
 no GIL, so it leaves ``Work.wait`` alone (:func:`attach_native`).
 
 Two mechanisms, chosen by feature (``ptc._compat.PROCESS_GROUP_HOOKS``):
@@ -66,7 +66,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import torch
 
 from ptc import _compat
-from ptc.distributed.fr_ops import kind_name
+from ptc.distributed.flight_recorder.ops import kind_name
 from ptc.errors import FeatureUnavailable, PtcValueError
 
 __all__ = [
@@ -129,7 +129,8 @@ def attach(pg: Any, calls: Calls, mechanism: str) -> Callable[[], None]:
 
 
 def attach_native(pg: Any, attachment: Any, calls: Calls, mechanism: str) -> Callable[[], None]:
-    """:func:`attach` for the native core (:mod:`ptc.distributed.fr_native`); returns the detach function.
+    """:func:`attach` for the native core (:mod:`ptc.distributed.flight_recorder.native`); returns the detach
+    function.
 
     ``"hooks"``: the core registers torch's C++ pre/post hooks itself, so no
     Python runs per call; ``"wrapper"``: the method wrapper calls ``calls``

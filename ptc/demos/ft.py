@@ -1,8 +1,8 @@
 """``ptc demo ft``: a worker SIGKILLed inside an allreduce, the others keep training, it comes back.
 
-Four local workers (:class:`~ptc.distributed.ft_launch.LocalJob`) train the
-example MLP of :mod:`ptc.distributed.ft_example` through
-:class:`~ptc.distributed.ft_train.Trainer` (``--sleep`` makes a step take
+Four local workers (:class:`~ptc.distributed.ft.launch.LocalJob`) train the
+example MLP of :mod:`ptc.demos.ft_example` through
+:class:`~ptc.distributed.ft.train.Trainer` (``--sleep`` makes a step take
 10-20 ms).  Worker 2 SIGKILLs itself inside an allreduce; the survivors get
 a :class:`~ptc.errors.PeerFailure`, move to the next generation and go on;
 the launcher restarts worker 2, which rejoins at a step boundary and takes
@@ -12,7 +12,7 @@ rejoin, final parameters against a single-process replay) and writes a
 timeline plot (matplotlib, Agg).
 
 The same module holds what ``benchmarks/ft.py`` reuses: the worker loop
-(``python -m ptc.distributed.ft_demo --worker ...``), :func:`analyze` (the
+(``python -m ptc.demos.ft --worker ...``), :func:`analyze` (the
 metrics of one run, from the launcher's timeline and the workers' final
 states) and :func:`plot_timeline`.
 
@@ -37,14 +37,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-WORKER_MODULE = "ptc.distributed.ft_demo"
+WORKER_MODULE = "ptc.demos.ft"
 
 
 # --- the worker ----------------------------------------------------------------
 
 
 def _worker_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ptc.distributed.ft_demo --worker")
+    p = argparse.ArgumentParser(prog="python -m ptc.demos.ft --worker")
     p.add_argument("--worker", action="store_true")
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int, default=100, help="train at least this many steps")
@@ -58,6 +58,7 @@ def _worker_parser() -> argparse.ArgumentParser:
     p.add_argument("--ddp", action="store_true")
     p.add_argument("--no-report", action="store_true", help="no commit event per step (overhead runs)")
     p.add_argument("--heartbeat-interval", type=float, default=0.1)
+    p.add_argument("--faults", default=None, help="a fault plan (ft_faults.save's file): what LocalJob(faults=) passes")
     return p
 
 
@@ -81,7 +82,7 @@ def worker_main(argv: Optional[List[str]] = None) -> int:
 
     import torch
 
-    from ptc.distributed.ft_example import LR, loss_of, make_model
+    from ptc.demos.ft_example import LR, loss_of, make_model
 
     # warm up what the first step would import lazily, before this process is a member
     warm = torch.nn.Linear(2, 1)
@@ -92,11 +93,13 @@ def worker_main(argv: Optional[List[str]] = None) -> int:
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
 
-    from ptc.distributed.ft_group import init_fault_tolerant
-    from ptc.distributed.ft_train import Trainer
+    from ptc.distributed.ft import faults as ft_faults
+    from ptc.distributed.ft.group import init_fault_tolerant
+    from ptc.distributed.ft.train import Trainer
 
     joiner = "WORLD_SIZE" not in os.environ
-    ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=args.heartbeat_interval)
+    faults = ft_faults.load(args.faults) if args.faults else ()
+    ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=args.heartbeat_interval, faults=faults)
     ft.event("started", since_exec_s=round(time.time() - started, 3))
     if joiner and ft.size == 1:
         # everyone else has finished: the job is over; do not start a new one from scratch
@@ -155,7 +158,7 @@ def check_states(states: Dict[int, Dict[str, Any]]) -> Dict[str, Any]:
     """Final parameters equal across workers, and equal to the single-process replay of the history."""
     import torch
 
-    from ptc.distributed.ft_example import replay
+    from ptc.demos.ft_example import replay
 
     if not states:
         return {"workers": [], "params_equal": False, "replay_equal": False, "steps": 0, "history": []}
@@ -425,8 +428,8 @@ def run(out: Optional[os.PathLike] = None, *, world: int = 4, engine: str = "aut
     import torch
 
     from ptc import _compat
-    from ptc.distributed import ft_faults as F
-    from ptc.distributed.ft_launch import LocalJob
+    from ptc.distributed.ft import faults as F
+    from ptc.distributed.ft.launch import LocalJob
 
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="ptc-ft-demo-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -509,7 +512,7 @@ def main() -> None:
 if __name__ == "__main__":
     if "--worker" in sys.argv[1:]:
         raise SystemExit(worker_main(sys.argv[1:]))
-    _p = argparse.ArgumentParser(prog="python -m ptc.distributed.ft_demo", description="ptc demo ft, with options")
+    _p = argparse.ArgumentParser(prog="python -m ptc.demos.ft", description="ptc demo ft, with options")
     _p.add_argument("--out", default=None, help="directory for the plot, logs and states (default: a temp dir)")
     _p.add_argument("--engine", default="auto", choices=["auto", "native", "rebuild"])
     _p.add_argument("--world", type=int, default=4)

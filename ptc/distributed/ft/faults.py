@@ -7,10 +7,14 @@ A fault is a plain record that says *what* happens to *whom* and *when*::
     kill_during_reconfigure(2, worker=1)  # worker 1 dies after saying "ready" for generation 2
     stop_at_step(40, worker=3, cont_after=2.0)  # SIGSTOP at step 40, SIGCONT 2 s later (a zombie)
 
-Workers read their faults from ``$PTC_FT_FAULTS`` (JSON, what :func:`encode`
-writes) when the group is created; the launcher (:mod:`ptc.distributed.ft_launch`)
-sets it and sends the SIGCONT of a ``stop`` fault.  Each fault fires at most
-once per process.  Points where faults fire:
+A plan (a list of faults) is given to the group as an object:
+``init_fault_tolerant(..., faults=plan)``; a group without one never injects
+anything.  Between processes a plan travels as JSON (:func:`encode`,
+:func:`decode`, or a file: :func:`save`, :func:`load`): the launcher
+(:mod:`ptc.distributed.ft.launch`) writes its ``faults`` to a file, passes
+``--faults PATH`` to the initial workers, whose script loads it and hands it
+to the group, and sends the SIGCONT of a ``stop`` fault.  Each fault fires at
+most once per process.  Points where faults fire:
 
 ``collective``    after the ``at``-th collective (counted from 1 in this
                   process) was handed to the backend, before waiting for it:
@@ -26,7 +30,8 @@ import json
 import os
 import signal
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
 
 from ptc.errors import PtcValueError
 
@@ -90,8 +95,18 @@ def decode(text: str) -> List[Fault]:
     try:
         items = json.loads(text)
     except ValueError as exc:
-        raise PtcValueError(f"PTC_FT_FAULTS: not JSON ({exc})") from None
+        raise PtcValueError(f"fault plan: not JSON ({exc})") from None
     return [Fault(**item) for item in items]
+
+
+def save(path: Union[str, os.PathLike], faults: Iterable[Fault]) -> None:
+    """Write a plan to ``path`` (what :func:`load` reads)."""
+    Path(path).write_text(encode(faults))
+
+
+def load(path: Union[str, os.PathLike]) -> List[Fault]:
+    """The plan :func:`save` wrote to ``path``."""
+    return decode(Path(path).read_text())
 
 
 class Injector:
@@ -102,11 +117,6 @@ class Injector:
         self.collectives = 0
         self._fired: "set[int]" = set()
         self._announce = announce
-
-    @classmethod
-    def from_env(cls, announce: Callable[[str, dict], None]) -> Optional["Injector"]:
-        text = os.environ.get("PTC_FT_FAULTS")
-        return cls(decode(text), announce) if text else None
 
     def point(self, point: str, at: int, worker: int, rank: Optional[int]) -> None:
         for i, fault in enumerate(self.faults):
