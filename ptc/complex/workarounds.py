@@ -24,7 +24,8 @@ elementwise ops, exactly as the kernels define them::
     W, S, Vh = linalg.svd(A, full_matrices=False)
     U, H = W @ Vh, (Vh.mH * S[..., None, :]) @ Vh
 
-Real inputs keep Inductor's own path (each decomposition declines them).
+Real inputs keep Inductor's own path (each decomposition declines them). One
+more entry is about compile time, not results: :func:`keep_long_unfold_backward`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 
 aten = torch.ops.aten
 
-__all__ = ["DECOMPOSITIONS", "linalg_pinv", "linalg_matrix_sqrth", "linalg_polar"]
+__all__ = ["DECOMPOSITIONS", "linalg_pinv", "linalg_matrix_sqrth", "linalg_polar", "keep_long_unfold_backward"]
 
 
 def _atol_rtol(a: torch.Tensor, atol, rtol):
@@ -90,8 +91,49 @@ def linalg_polar(a: torch.Tensor):
     return torch.matmul(w, vh), torch.matmul(vh.mH * s.to(a.dtype).unsqueeze(-2), vh)
 
 
+#: the longest window whose ``unfold_backward`` ptc lets torch's decomposition unroll
+UNROLL_LIMIT = 16
+
+
+def keep_long_unfold_backward(decomposition: Callable) -> Callable:
+    """torch's ``unfold_backward`` decomposition, with a broadcast gradient expanded first.
+
+    For a gradient in the canonical unfolded shape (``input_size`` with the
+    unfolded dim replaced by the number of windows, plus the window) torch's
+    decomposition is one vectorised ``index_put``; for any other shape it
+    emits one ``index_put`` per window position: 512 of them, each with its own
+    index arithmetic, for the overlap-add of a 512-point ``istft``, whose
+    window envelope is a gradient of batch size 1 broadcast over the batch.
+    Compiling that takes minutes. Where the window is longer than
+    :data:`UNROLL_LIMIT` and the gradient broadcasts to the canonical shape,
+    it is expanded to that shape first (the same values: each window's values
+    are the same whichever batch element reads them), which takes torch's
+    vectorised path.
+    """
+
+    def decompose(grad, input_size, dimension, size, step):
+        if isinstance(size, int) and size > UNROLL_LIMIT and step < size and len(input_size) > 0:
+            dim = dimension % len(input_size)
+            canonical = list(input_size)
+            canonical[dim] = (input_size[dim] - size) // step + 1
+            canonical.append(size)
+            if grad.dim() == len(canonical) and list(grad.shape) != canonical:
+                try:
+                    if list(torch.broadcast_shapes(tuple(grad.shape), tuple(canonical))) == canonical:
+                        grad = grad.expand(canonical)
+                except RuntimeError:
+                    pass
+        return decomposition(grad, input_size, dimension, size, step)
+
+    return decompose
+
+
 def _decompositions() -> Dict[torch._ops.OpOverload, Callable]:
     table = {aten.linalg_pinv.atol_rtol_tensor: linalg_pinv}
+    from torch._decomp import decomposition_table
+
+    if aten.unfold_backward.default in decomposition_table:
+        table[aten.unfold_backward.default] = keep_long_unfold_backward(decomposition_table[aten.unfold_backward.default])
     for name, fn in (("linalg_matrix_sqrth", linalg_matrix_sqrth), ("linalg_polar", linalg_polar)):
         packet = getattr(aten, name, None)  # torch 2.14 onwards
         if packet is not None:
