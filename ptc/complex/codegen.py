@@ -519,10 +519,11 @@ def trig_reuse() -> contextlib.AbstractContextManager[bool]:
 
 @functools.lru_cache(maxsize=None)
 def sources_digest() -> str:
-    """sha256 over the sources of ``ptc.complex`` (every ``.py`` of the package, in name order)."""
+    """sha256 over the sources of ``ptc.complex`` (every ``.py`` of the package and its subpackages, by path)."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

@@ -169,3 +169,21 @@ def test_every_op_table_entry_names_a_rule_or_library_op():
     """The test op table exercises rules, not silent ATen fallbacks (checked per op in test_rules)."""
     assert len(OPS) >= 90
     assert set(rules.LIBRARY).isdisjoint(rules.RULES)
+
+
+def test_the_cache_digest_covers_every_source_of_the_package(monkeypatch):
+    """Inductor's FX-graph cache is keyed on this digest: a change to any rule module must change it."""
+    from pathlib import Path
+
+    from ptc.complex.codegen import sources_digest
+
+    digest = getattr(sources_digest, "__wrapped__", sources_digest)  # computed once per process otherwise
+    before = digest()
+    real_read = Path.read_bytes
+
+    def edited(path):
+        data = real_read(path)
+        return data + b"\n# edited\n" if path.as_posix().endswith("complex/rules/elementwise.py") else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    assert digest() != before
