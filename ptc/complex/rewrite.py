@@ -38,7 +38,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ptc.complex import rules as _rules
-from ptc.complex.pair import Pair, interleave, is_paired, join, real_dtype
+from ptc.complex.pair import Pair, is_paired, join, real_dtype
 from torch._subclasses.fake_tensor import FakeTensor
 
 aten = torch.ops.aten
@@ -195,7 +195,7 @@ class _PairInterpreter(fx.Interpreter):
             if not z.is_conj() and not z.is_neg():
                 planes = aten.view_as_real(z)
         if planes is None:
-            planes = interleave(pair.re, pair.im)
+            planes = aten.view_as_real(join(pair.re, pair.im, pair.dtype))
         self._planes[id(planes)] = (planes, pair)
         return planes
 

@@ -96,3 +96,23 @@ def test_a_broadcast_unfold_backward_is_one_index_put_not_one_per_window_positio
     torch.testing.assert_close(out, fn(grad))
     index_puts = sum(v for k, v in seen["ops"].items() if "index_put" in k)
     assert 1 <= index_puts <= 2, seen["ops"]
+
+
+@pytest.mark.slow
+def test_rotary_kernels_are_vectorised():
+    """The features read as complex pairs come through each pair's 64 bits (contiguous vector loads),
+    not as two stride-2 planes that keep Inductor's kernel scalar; forward and backward."""
+    import re
+
+    from torch._inductor import cpu_vec_isa
+
+    if not cpu_vec_isa.pick_vec_isa():
+        pytest.skip("this CPU has no vector ISA Inductor uses")
+    args, grad = _rotary_inputs(torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    backend = pc.backend(strict=True)
+    _, codes = pc.generated_code(lambda *a: _run(torch.compile(rotary, backend=backend), a, grad), *args)
+    kernels = re.findall(r"(cpp_fused_\w+) = async_compile.cpp_pybinding\((.*?)'''\)", "\n".join(codes), re.S)
+    assert kernels
+    scalar = [name for name, body in kernels if "at::vec::" not in body]
+    assert scalar == [], scalar

@@ -37,6 +37,8 @@ GROUND_TRUTH = {
         "GLOO_RECONFIGURE": False,
         "PROCESS_GROUP_HOOKS": False,
         "COMPILE_SOURCE_LISTS": True,
+        "MARK_DYNAMIC_SPECIALIZE_ON": True,
+        "SHAPE_GUARD_STACKS": True,
     },
     "2.14.1": {
         "NATIVE_SWITCH_HOP": True,
@@ -67,6 +69,8 @@ GROUND_TRUTH = {
         "GLOO_RECONFIGURE": True,
         "PROCESS_GROUP_HOOKS": True,
         "COMPILE_SOURCE_LISTS": True,
+        "MARK_DYNAMIC_SPECIALIZE_ON": True,
+        "SHAPE_GUARD_STACKS": True,
     },
 }
 RELEASE = torch.__version__.split("+")[0]

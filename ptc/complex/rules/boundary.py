@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ptc.complex.pair import Pair, complex_dtype, is_paired, join, real_dtype
+from ptc.complex.pair import Pair, is_paired, join, real_dtype
 from ptc.complex.rules.core import _ops, _t, parts, rule
 
 aten = torch.ops.aten
@@ -146,11 +146,12 @@ def _convert(ctx, x, dtype):
     return NotImplemented
 
 
-@rule(aten.view_as_complex.default, group="boundary", note="pairs of the float view, no copy")
+@rule(aten.view_as_complex.default, group="boundary", note="read as the complex tensor it is, no copy")
 def _view_as_complex(ctx, t):
-    # handled in the interpreter when t came from view_as_real/stack; here t is a real tensor
-    re, im = aten.select(t, -1, 0), aten.select(t, -1, 1)
-    return Pair(re, im, complex_dtype(t.dtype), source=lambda: aten.view_as_complex(t))
+    # handled in the interpreter when t came from view_as_real/stack; here t is a real tensor, read
+    # like a complex input (through each element's 64 bits where that applies: contiguous vector
+    # loads, where the two planes of t would be stride-2 gathers)
+    return Pair.of(aten.view_as_complex(t))
 
 
 @rule(aten.view.dtype, group="boundary", note="complex <-> its float dtype")
