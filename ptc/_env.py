@@ -49,7 +49,7 @@ def _native_cudagraph() -> str:
 
 def _native_complex() -> str:
     if _compat.NATIVE_COMPLEX_WRAPPER:
-        return "opt-in enable_complex_wrapper (forward only)"
+        return "eager kernels; opt-in enable_complex_wrapper (forward graphs only, partial)"
     return "none (complex ops fall back to eager kernels)"
 
 

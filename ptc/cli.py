@@ -61,7 +61,7 @@ def _gemm_explain(args: argparse.Namespace) -> int:
         problem = GemmProblem(args.op, args.m, args.n, args.k, args.batch, dtype, dtype, args.out_dtype or
                               ("bf16" if scale else dtype), args.layout, scale)
     print(explain(problem, args.target, args.epilogue, db=args.db, gpu=args.gpu, max_candidates=args.max,
-                  show_dropped=10**9 if args.all else 12))
+                  show_dropped=None if args.all else 12))
     return 0
 
 
@@ -85,9 +85,10 @@ def _parser() -> argparse.ArgumentParser:
         help="analyze Flight Recorder dumps: which rank is missing, which collective mismatched",
         description="Analyze a directory of Flight Recorder dumps (ptc's or torch's), one file "
         "<prefix><rank> per rank. Exit status: 0 no problem found, 1 a problem was found "
-        "(desync, hang, failure), 2 the dumps could not be read.",
+        "(desync, hang, failure), 2 the dumps could not be read (or DIR is not a directory: "
+        "pass the directory, not one rank's file).",
     )
-    fr.add_argument("dir", help="directory holding the dumps")
+    fr.add_argument("dir", help="directory holding the dumps (the directory, not one rank's file)")
     fr.add_argument("-p", "--prefix", default=None, help="file name prefix before the rank (default: inferred)")
     fr.add_argument("--json", action="store_true", help="machine-readable report")
     fr.add_argument("-j", "--entries", action="store_true", help="also print every rank's recorded calls")
@@ -97,10 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     gsub = gemm.add_subparsers(dest="gemm_command", required=True)
     ex = gsub.add_parser(
         "explain",
-        help="every CuTeDSL candidate for a GEMM, why each was dropped, estimates, measured times, winner",
-        description="Plan a GEMM for a target GPU (no GPU needed) and show every candidate kernel "
-        "considered, the rule that dropped each one, the cost model's estimate and, with --db, the "
-        "measured times and the recorded winner.",
+        help="the CuTeDSL candidates for a GEMM, why each was dropped, estimates, measured times, winner",
+        description="Plan a GEMM for a target GPU (no GPU needed) and show the selected candidate "
+        "kernels with the cost model's estimates, the dropped ones with the rule that dropped each "
+        "(the first 12, then counts per rule; --all lists every one) and, with --db, the measured "
+        "times and the recorded winner.",
     )
     ex.add_argument("--target", default="B200", help="GPU to plan for: H100_SXM, H200_SXM, B200, GB200")
     ex.add_argument("--op", default="mm", choices=["mm", "addmm", "bmm", "scaled_mm"])
@@ -114,10 +116,13 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--scale", default=None, choices=["tensor", "row", "block32", "block16"])
     ex.add_argument("--epilogue", default=None, help="e.g. bias,silu or bias,gelu_tanh,residual")
     ex.add_argument("--signature", default=None, help="a problem signature instead of the options above")
-    ex.add_argument("--db", default=None, help="autotune database file with measurements")
+    ex.add_argument("--db", default=None,
+                    help="an existing autotune database file (written by ptc.gemm.enable(db=...)): "
+                    "adds its measured times and winner")
     ex.add_argument("--gpu", default=None, help="GPU name the measurements were taken on (default: target)")
     ex.add_argument("--max", type=int, default=8, help="candidates to select")
-    ex.add_argument("--all", action="store_true", help="list every dropped kernel (default: 12, then counts)")
+    ex.add_argument("--all", action="store_true",
+                    help="list every dropped kernel (default: the first 12, then a count of the rest per rule)")
     ex.set_defaults(run=_gemm_explain)
     return parser
 

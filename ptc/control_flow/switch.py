@@ -10,7 +10,8 @@ selects its own result.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence
+import itertools
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -34,18 +35,42 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
             tensor with one element (shape ``()`` or ``(1,)``). Out-of-range
             values are clamped to ``[0, len(branches) - 1]``, so ``-5`` picks the
             first branch and ``99`` the last, as in ``jax.lax.switch``. Floating,
-            complex and bool indices are a ``TypeError``.
+            complex and bool indices are a ``PtcTypeError`` (a ``TypeError``).
         branches: a non-empty list or tuple of callables. Each takes
             ``*operands`` and returns a pytree of tensors; all branches must
-            return the same pytree structure and dtypes. Sizes may differ
-            between branches (traced code then gets one size symbol per
-            differing dimension).
+            return the same pytree structure, dtypes and numbers of dimensions.
+            Sizes may differ between branches (traced code then gets one size
+            symbol per differing dimension).
         operands: pytrees passed unchanged to the chosen branch.
+
+    What is checked where:
+        * The arguments (``index``'s type, dtype and shape, ``branches``) are
+          checked by every consumer, with the same errors: ``PtcTypeError`` /
+          ``PtcValueError`` in eager and while ``torch.compile``,
+          ``torch.export`` (strict or not) or ``make_fx`` trace the call.
+        * The branches' outputs are compared wherever more than one branch is
+          traced: under ``torch.compile``, ``torch.export`` and ``make_fx`` with
+          a tensor or ``SymInt`` index, and under ``torch.vmap`` with a batched
+          index. Each branch's output is checked against the first branch's as
+          it is traced, before ``torch.cond`` is emitted; a difference raises
+          ``BranchMismatch`` naming both branches and the output that differs
+          (``output[1]``, ``output['key']``) and how (structure, dtype, number
+          of dimensions). Under ``vmap`` the shapes must agree too.
+        * An error raised while Dynamo traces (``torch.compile``, strict
+          export, and ``torch.cond``'s own tracing under ``make_fx`` and
+          non-strict export) is an instance of a subclass of the ptc type that
+          is also an ``AssertionError``, the kind Dynamo passes through
+          unchanged; it is caught as the ptc type and its builtin base.
+        * In eager only the chosen branch runs, so the others are not checked:
+          checking them would cost running every branch. Branches that disagree
+          run in eager and return whatever the chosen branch returns; trace the
+          call (or run it under ``vmap`` with a batched index) to check them.
+          The same holds for a Python ``int`` index when traced: it selects its
+          branch at trace time and no other branch is traced.
 
     Behaviour per consumer:
         * eager: validates the arguments, reads the index (one host sync for a
-          tensor index) and calls ``branches[index](*operands)``. Only the chosen
-          branch runs, so branches that disagree in structure are not detected.
+          tensor index) and calls ``branches[index](*operands)``.
         * ``torch.compile`` / ``torch.export`` / ``make_fx``: a tensor or
           ``SymInt`` index becomes a balanced tree of ``torch.cond`` on
           ``index < mid``; a Python ``int`` index selects its branch at trace
@@ -63,18 +88,20 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
     """
     n = _check_branches(branches)
     if isinstance(index, bool):
-        raise PtcTypeError(
+        _raise(
+            PtcTypeError,
             "switch: index must be an integer scalar, got a bool; "
-            "use int(flag) to choose between two branches"
+            "use int(flag) to choose between two branches",
         )
     if isinstance(index, int):
         return branches[_clamp(index, n)](*operands)
     if isinstance(index, torch.SymInt):
         index = torch.scalar_tensor(index, dtype=torch.int64)
     elif not isinstance(index, torch.Tensor):
-        raise PtcTypeError(
+        _raise(
+            PtcTypeError,
             "switch: index must be a Python int, a SymInt or an integer tensor with one "
-            f"element, got {type(index).__name__}"
+            f"element, got {type(index).__name__}",
         )
     _check_tensor_index(index)
 
@@ -101,15 +128,17 @@ def tree_depth(n: int) -> int:
 
 def _check_branches(branches: Any) -> int:
     if not isinstance(branches, (list, tuple)):
-        raise PtcTypeError(
-            f"switch: branches must be a list or tuple of callables, got {type(branches).__name__}"
+        _raise(
+            PtcTypeError,
+            f"switch: branches must be a list or tuple of callables, got {type(branches).__name__}",
         )
     if len(branches) == 0:
-        raise PtcValueError("switch: branches is empty; give at least one branch function")
+        _raise(PtcValueError, "switch: branches is empty; give at least one branch function")
     for i, branch in enumerate(branches):
         if not callable(branch):
-            raise PtcTypeError(
-                f"switch: branches[{i}] must be callable, got {type(branch).__name__}"
+            _raise(
+                PtcTypeError,
+                f"switch: branches[{i}] must be callable, got {type(branch).__name__}",
             )
     return len(branches)
 
@@ -117,15 +146,50 @@ def _check_branches(branches: Any) -> int:
 def _check_tensor_index(index: torch.Tensor) -> None:
     dtype = index.dtype
     if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
-        raise PtcTypeError(
-            f"switch: index must have an integer dtype, got {dtype}; "
-            "convert it explicitly, e.g. index.long(), if truncation is what you mean"
+        _raise(
+            PtcTypeError,
+            f"switch: index must be a Python int or a tensor of integer dtype, got {dtype}; "
+            "convert it explicitly, e.g. index.long(), if truncation is what you mean",
         )
     if index.dim() > 1 or index.numel() != 1:
-        raise PtcValueError(
+        _raise(
+            PtcValueError,
             "switch: index must be a scalar (shape () or (1,)), "
-            f"got a tensor of shape {tuple(index.shape)}"
+            f"got a tensor of shape {tuple(index.shape)}",
         )
+
+
+# --- raising while Dynamo traces ----------------------------------------------
+#
+# Dynamo runs the code it traces symbolically: a ``raise`` there reaches the user
+# as Dynamo's ``Unsupported`` ("Observed exception") under ``fullgraph=True`` and
+# strict export, and an exception raised by Python code Dynamo calls for real is
+# re-raised as ``InternalTorchDynamoError`` unless it is one of the types Dynamo
+# lets through unchanged, ``AssertionError`` among them. So while tracing, switch
+# raises its errors from a function Dynamo calls for real
+# (``torch.compiler.assume_constant_result``: called once, at trace time, with
+# the trace-time values of its arguments), as a subclass of the ptc type that is
+# also an ``AssertionError``. It keeps the ptc type's name and module, so it reads
+# and is caught as that type (``except ptc.BranchMismatch``, ``except TypeError``).
+
+
+def _passes_dynamo(cls: type) -> type:
+    return type(cls.__name__, (cls, AssertionError), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+
+
+_TRACED = {cls: _passes_dynamo(cls) for cls in (PtcTypeError, PtcValueError, BranchMismatch)}
+
+
+@torch.compiler.assume_constant_result
+def _raise_traced(cls: type, message: str) -> bool:
+    raise _TRACED[cls](message)
+
+
+def _raise(cls: type, message: str) -> NoReturn:
+    """Raise ``cls(message)``; while Dynamo traces, as the type Dynamo lets through."""
+    if torch.compiler.is_compiling():
+        _raise_traced(cls, message)
+    raise cls(message)
 
 
 def _clamp(i: int, n: int) -> int:
@@ -159,11 +223,13 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
 
     ``torch.cond`` operands must be tensors, so the operand pytree is split into
     its tensor leaves (passed through every cond, together with the index) and
-    the rest (constants, closed over).
+    the rest (constants, closed over). Each branch's output is checked against
+    the others' as the branch is traced (:func:`_check_traced_output`).
     """
     leaves, spec = pytree.tree_flatten(operands)
     is_tensor = [isinstance(leaf, torch.Tensor) for leaf in leaves]
     tensors = tuple(leaf for leaf, t in zip(leaves, is_tensor) if t)
+    call = _open_check()
 
     def rebuild(flat_tensors: Sequence[torch.Tensor]) -> tuple:
         it = iter(flat_tensors)
@@ -173,12 +239,126 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
     def subtree(lo: int, hi: int) -> Callable:
         if hi - lo == 1:
             branch = branches[lo]
-            return lambda idx, *flat: branch(*rebuild(flat))
+
+            def leaf(idx: torch.Tensor, *flat: torch.Tensor, k: int = lo) -> Any:
+                out = branch(*rebuild(flat))
+                _check_traced_output(call, k, _signature(out))
+                return out
+
+            return leaf
         mid = lo + (hi - lo + 1) // 2
         left, right = subtree(lo, mid), subtree(mid, hi)
         return lambda idx, *flat: torch.cond(idx < mid, left, right, (idx, *flat))
 
-    return subtree(0, len(branches))(index, *tensors)
+    out = subtree(0, len(branches))(index, *tensors)
+    _close_check(call)
+    return out
+
+
+# --- comparing the branches' outputs -------------------------------------------
+#
+# A signature describes an output without its sizes: ("tensor", dtype, ndim),
+# ("list" | "tuple", (signature, ...)), ("dict", ((key, signature), ...)) or
+# (type name,) for anything else. Under Dynamo it is computed from trace-time
+# constants, so it can be handed to the checks below, which Dynamo calls for real.
+
+
+def _signature(out: Any) -> tuple:
+    if isinstance(out, torch.Tensor):
+        return ("tensor", out.dtype, out.dim())
+    if isinstance(out, (list, tuple)):
+        return ("list" if isinstance(out, list) else "tuple", tuple(_signature(o) for o in out))
+    if isinstance(out, dict):
+        return ("dict", tuple((key, _signature(value)) for key, value in out.items()))
+    return (type(out).__name__,)
+
+
+def _describe(sig: tuple) -> str:
+    kind = sig[0]
+    if kind == "tensor":
+        return f"a {sig[2]}-d {sig[1]} tensor"
+    if kind in ("list", "tuple"):
+        return f"a {kind} of {len(sig[1])}"
+    if kind == "dict":
+        return f"a dict with keys {[key for key, _ in sig[1]]}"
+    if kind == "NoneType":
+        return "None"
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _difference(a: tuple, b: tuple, path: str = "output") -> Optional[Tuple[str, str, str, str]]:
+    """The first place where signatures ``a`` and ``b`` differ, as (what differs,
+    where, ``a``'s, ``b``'s), or None when they agree."""
+    same_shape = a[0] == b[0] and (
+        a[0] not in ("list", "tuple", "dict") or len(a[1]) == len(b[1])
+    )
+    if a[0] == "dict" and same_shape:
+        same_shape = [key for key, _ in a[1]] == [key for key, _ in b[1]]
+    if not same_shape:
+        return ("structure", path, _describe(a), _describe(b))
+    if a[0] == "tensor":
+        if a[1] != b[1]:
+            return ("dtype", path, str(a[1]), str(b[1]))
+        if a[2] != b[2]:
+            return ("number of dimensions", path, f"{a[2]}-d", f"{b[2]}-d")
+    elif a[0] in ("list", "tuple"):
+        for i, (x, y) in enumerate(zip(a[1], b[1])):
+            found = _difference(x, y, f"{path}[{i}]")
+            if found:
+                return found
+    elif a[0] == "dict":
+        for (key, x), (_, y) in zip(a[1], b[1]):
+            found = _difference(x, y, f"{path}[{key!r}]")
+            if found:
+                return found
+    return None
+
+
+def _mismatch_message(k: int, sig: tuple, ref: int, ref_sig: tuple) -> Optional[str]:
+    found = _difference(sig, ref_sig)
+    if found is None:
+        return None
+    what, where, got, want = found
+    return (
+        f"switch: branches[{k}] returns a different {what} than branches[{ref}]: "
+        f"{where} is {got} in branches[{k}] but {want} in branches[{ref}]; all branches "
+        "must return the same pytree structure, dtypes and numbers of dimensions "
+        "(sizes may differ)"
+    )
+
+
+# The signatures of the branches traced so far, per switch call being traced. A
+# call is named by a string: Dynamo specializes on strings, where it would turn an
+# int that changes from one trace to the next into a symbol.
+_traced_calls: Dict[str, Dict[int, tuple]] = {}
+_call_ids = itertools.count()
+
+
+@torch.compiler.assume_constant_result
+def _open_check() -> str:
+    call = f"switch{next(_call_ids)}"
+    _traced_calls[call] = {}
+    return call
+
+
+@torch.compiler.assume_constant_result
+def _close_check(call: str) -> bool:
+    _traced_calls.pop(call, None)
+    return True
+
+
+@torch.compiler.assume_constant_result
+def _check_traced_output(call: str, k: int, sig: tuple) -> bool:
+    """Record branch ``k``'s output signature; a mismatch with the lowest-numbered
+    branch traced before it is a ``BranchMismatch``."""
+    seen = _traced_calls.setdefault(call, {})
+    seen[k] = sig
+    ref = min(seen)
+    message = _mismatch_message(k, sig, ref, seen[ref]) if ref != k else None
+    if message is not None:
+        _traced_calls.pop(call, None)
+        raise _TRACED[BranchMismatch](message)
+    return True
 
 
 # --- vmap over a batched index: run every branch, select per sample -------------
@@ -194,21 +374,20 @@ def _select_all(index: torch.Tensor, branches: Sequence[Callable], operands: tup
         )
         outputs.append(branch(*guarded))
 
+    sig0 = _signature(outputs[0])
     flat0, spec0 = pytree.tree_flatten(outputs[0])
     flats = [flat0]
     for k, out in enumerate(outputs[1:], start=1):
-        flat, spec = pytree.tree_flatten(out)
-        if spec != spec0:
-            raise BranchMismatch(
-                f"switch: branches[{k}] returns a different structure than branches[0]: "
-                f"{spec} vs {spec0}"
-            )
+        message = _mismatch_message(k, _signature(out), 0, sig0)
+        if message is not None:
+            raise BranchMismatch(message)
+        flat, _ = pytree.tree_flatten(out)
         for j, (a, b) in enumerate(zip(flat0, flat)):
-            if a.dtype != b.dtype or a.shape != b.shape:
+            if a.shape != b.shape:
                 raise BranchMismatch(
                     f"switch under vmap with a batched index: output leaf {j} of branches[{k}] "
                     f"is {b.dtype}{list(b.shape)} but branches[0] gives {a.dtype}{list(a.shape)}; "
-                    "all branches must agree in dtype and shape"
+                    "all branches must agree in shape there (every branch runs on every sample)"
                 )
         flats.append(flat)
 

@@ -15,7 +15,8 @@ offers SWITCH (CUDA >= 12.8: the simulator; torch has no SWITCH binding), else
 the IF tree.
 
 Ineligible loops (input mutation, RNG, collectives, host reads, unsupported
-carries, CUDA < 12.4, no binding) run un-graphed with a logged, counted reason.
+carries, no CUDA, CUDA < 12.4, no binding) run un-graphed with a logged, counted
+reason.
 """
 
 from ptc import _compat
@@ -47,10 +48,15 @@ __all__ = [
 
 def capability(feature: str) -> str:
     """Status line for ``ptc env``."""
-    if _compat.CUDA_GRAPH_WHILE_NODES:
-        gpu = "WHILE+IF nodes via torch's binding"
-    elif _compat.CUDA_GRAPH_IF_NODES:
-        gpu = "IF nodes via torch's binding; loops run un-graphed (no WHILE binding)"
+    if not _compat.CUDA_BUILD:
+        gpu = "none, this torch is a CPU-only build"
     else:
-        gpu = "no conditional-node binding in this build"
+        if _compat.CUDA_GRAPH_WHILE_NODES:
+            gpu = "WHILE+IF nodes via torch's binding"
+        elif _compat.CUDA_GRAPH_IF_NODES:
+            gpu = "IF nodes via torch's binding; WHILE only from ptc's own nodes (cuda-python)"
+        else:
+            gpu = "conditional nodes only from ptc's own nodes (cuda-python)"
+        if not _compat.CUDA_AVAILABLE:
+            gpu += "; no CUDA device here"
     return f"backend 'ptc_cudagraphs' + capture(); CPU simulator; GPU: {gpu} (GPU path unverified)"

@@ -12,8 +12,9 @@ sources (``nodes=``):
   ``not pred``, as torch's own ``if_else_node`` does).
 
 ``"auto"`` takes ``"ptc"`` where cuda-python and the driver allow it, else
-``"torch"``. Whatever neither offers is reported ineligible ("no binding") and
-runs un-graphed.
+``"torch"``. Whatever neither offers is reported ineligible ("no binding", saying
+which source lacks what) and runs un-graphed; without a CUDA device or a CUDA
+build of torch every loop and cond is ("no CUDA", saying which).
 
 GPU-only: nothing here can run without a CUDA device; the logic above it is
 exercised on CPU through the simulator, and both node sources are driven on the
@@ -69,9 +70,13 @@ def node_source(nodes: str = "auto") -> str:
 
 
 def cuda_support(nodes: str = "auto") -> Support:
-    """What a ``CudaGraph(nodes=nodes)`` can capture here."""
+    """What a ``CudaGraph(nodes=nodes)`` can capture here, and what it lacks."""
+    missing = _missing_cuda()
     if node_source(nodes) == "ptc":
         caps = _ptc_node_capabilities()
+        detail = "ptc's own nodes (cuda-python)"
+        if not caps["while_if"]:
+            detail += f" are unavailable: {caps.get('reason') or 'the driver has no WHILE/IF nodes (CUDA 12.4)'}"
         return Support(
             while_nodes=caps["while_if"],
             if_nodes=caps["while_if"],
@@ -79,7 +84,14 @@ def cuda_support(nodes: str = "auto") -> Support:
             switch_nodes=caps["if_else_switch"],
             cuda_version=caps.get("version") or (0, 0),
             device="cuda",
+            missing=missing,
+            nodes_detail=detail,
         )
+    kinds = [k for k, has in (("WHILE", _compat.CUDA_GRAPH_WHILE_NODES), ("IF", _compat.CUDA_GRAPH_IF_NODES)) if has]
+    detail = f"torch.cuda.CUDAGraph offers {' and '.join(kinds) + ' nodes' if kinds else 'no conditional nodes'} in this torch"
+    if nodes == "auto":
+        reason = _ptc_node_capabilities().get("reason") or "the driver has no WHILE/IF nodes (CUDA 12.4)"
+        detail += f", and ptc's own nodes are unavailable ({reason})"
     return Support(
         while_nodes=_compat.CUDA_GRAPH_WHILE_NODES,
         if_nodes=_compat.CUDA_GRAPH_IF_NODES,
@@ -87,7 +99,18 @@ def cuda_support(nodes: str = "auto") -> Support:
         switch_nodes=False,
         cuda_version=cuda_version() or (0, 0),
         device="cuda",
+        missing=missing,
+        nodes_detail=detail,
     )
+
+
+def _missing_cuda() -> str:
+    """What this install lacks to run a CUDA graph at all ("" when nothing)."""
+    if not _compat.CUDA_BUILD:
+        return "this torch is a CPU-only build (torch.version.cuda is None)"
+    if not _compat.CUDA_AVAILABLE:
+        return "no CUDA device is available (torch.cuda.is_available() is False)"
+    return ""
 
 
 class CudaGraph:

@@ -19,8 +19,9 @@ The checks are static, on the FX graphs, so they run the same on CPU and GPU:
 * unsupported carries: non-tensor or symbolically shaped carries, a predicate
   that is not a one-element bool tensor, carries on different devices,
   unknown higher-order ops inside;
-* what the graph backend supports: CUDA >= 12.4 for conditional nodes, and a
-  WHILE (for loops) or IF (for conds) binding;
+* what the graph backend supports: a CUDA device and a CUDA build of torch, CUDA
+  >= 12.4 for conditional nodes, and a WHILE (for loops) or IF (for conds)
+  binding; each reason names what this backend really lacks;
 * a nested loop or cond that is itself ineligible makes its parent ineligible.
 """
 
@@ -42,6 +43,7 @@ CATEGORIES = (
     "collective",
     "host read",
     "unsupported carry",
+    "no CUDA",
     "CUDA < 12.4",
     "no binding",
     "nested",
@@ -54,6 +56,11 @@ class Support:
 
     ``cuda_version`` is ``(major, minor)`` of the CUDA runtime torch was built
     with (``None``: not a CUDA graph, e.g. the simulator emulating a given one).
+    ``missing`` says what keeps the backend from capturing anything (no CUDA
+    device, a CPU-only torch build); ``nodes_detail`` says where its conditional
+    nodes come from and why the kinds it lacks are missing. Both are filled in
+    for the real CUDA graph (``ptc.cudagraph.cuda_graph.cuda_support``) and are
+    empty for a backend emulated from the flags alone.
     """
 
     while_nodes: bool
@@ -62,6 +69,8 @@ class Support:
     switch_nodes: bool = False  # SWITCH nodes (CUDA >= 12.8)
     cuda_version: Optional[Tuple[int, int]] = None
     device: Optional[str] = None  # device type a graph replays ("cuda"); None: any (simulator)
+    missing: str = ""
+    nodes_detail: str = ""
 
     @property
     def conditional_nodes(self) -> bool:
@@ -255,18 +264,15 @@ def _block_reasons(block: Block, where: str, support: Support) -> List[str]:
 
 
 def _support_reasons(support: Support, kind: str) -> List[str]:
+    if support.missing:
+        return [f"no CUDA: {support.missing}"]
     if not support.conditional_nodes:
         major, minor = support.cuda_version  # type: ignore[misc]
         return [f"CUDA < 12.4: conditional nodes need CUDA 12.4, this torch is built with {major}.{minor}"]
-    if kind == "while" and not support.while_nodes:
-        return [
-            "no binding: no WHILE-node capture here (torch.cuda.CUDAGraph."
-            "begin_capture_to_while_node is missing, as in torch 2.13, and ptc's own nodes need "
-            "cuda-python (pip install cuda-bindings) and a CUDA 12.4 driver)"
-        ]
-    if kind == "if" and not support.if_nodes:
-        return ["no binding: no IF-node capture here (torch.cuda.CUDAGraph.begin_capture_to_if_node is missing)"]
-    return []
+    if (support.while_nodes if kind == "while" else support.if_nodes):
+        return []
+    where = support.nodes_detail or f"the emulated graph backend has none (Support({kind}_nodes=False))"
+    return [f"no binding: no {kind.upper()} nodes here: {where}"]
 
 
 def segment_reasons(seg: Segment, support: Optional[Support] = None) -> List[str]:

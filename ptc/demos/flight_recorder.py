@@ -3,12 +3,15 @@
 Ranks 0 and 1 call ``all_reduce`` where rank 2 calls ``broadcast``; gloo gives up
 after its 1 s timeout, each rank's recorder dumps on the failure, and the
 analysis behind ``ptc fr-trace`` names the culprit.  Everything runs on
-127.0.0.1; the workers are started and, if need be, stopped by their PIDs.
+127.0.0.1; the workers are started and, if need be, stopped by their PIDs. The
+dumps go to a temporary directory, removed when the demo ends.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +33,11 @@ def _worker(rank: int, port: int, dump_dir: str) -> None:
         timeout=datetime.timedelta(seconds=1),
     )  # fmt: skip
     rec = fr.enable(dump_dir=dump_dir, store=store, poll_interval=0.1)
+    # start the collectives together: a rank still starting up would make the others
+    # time out (1 s) in the first all_reduce instead of reaching the desync
+    store.add("ready", 1)
+    while store.add("ready", 0) < WORLD:
+        time.sleep(0.01)
     t = torch.ones(1024)
     for _ in range(3):
         dist.all_reduce(t)
@@ -54,19 +62,25 @@ def main() -> None:
     from ptc.distributed.processes import wait_then_kill
 
     dump_dir = tempfile.mkdtemp(prefix="ptc-fr-demo-")
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    print("3 gloo processes on 127.0.0.1; rank 2 calls broadcast where ranks 0 and 1 call all_reduce")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "ptc.demos.flight_recorder", str(r), str(store.port), dump_dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        for r in range(WORLD)
-    ]
-    wait_then_kill(procs, DEADLINE_S)
-    print(f"dumps written by the ranks' recorders when the collective failed: {dump_dir}\n")
-    print(fr_analysis.analyze(dump_dir).format())
-    print(f"\nthe same with: ptc fr-trace {dump_dir}    (torch's own analyzer: torchfrtrace {dump_dir})")
+    procs: list = []
+    try:
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        print("3 gloo processes on 127.0.0.1; rank 2 calls broadcast where ranks 0 and 1 call all_reduce")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "ptc.demos.flight_recorder", str(r), str(store.port), dump_dir],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            for r in range(WORLD)
+        ]
+        wait_then_kill(procs, DEADLINE_S)
+        print("dumps written by the ranks' recorders when the collective failed: "
+              f"{', '.join(sorted(os.listdir(dump_dir)))}\n")
+        print(fr_analysis.analyze(dump_dir).format())
+        print("\nthe same on a directory of dumps: ptc fr-trace DIR    (torch's own analyzer: torchfrtrace DIR -j)")
+    finally:
+        wait_then_kill(procs, 0)  # nothing is left running if the demo stopped early
+        shutil.rmtree(dump_dir, ignore_errors=True)
     sys.stdout.flush()
 
 

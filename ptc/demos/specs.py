@@ -66,9 +66,10 @@ def main() -> None:
         n.args[1] for n in ep.graph.nodes
         if n.op == "call_function" and n.target is torch.ops.aten._assert_scalar.default
     ]
-    print("runtime assertions in the exported graph:")
-    for text in asserts:
-        print(f"  {text}")
+    if asserts:
+        print("runtime assertions in the exported graph:")
+        for text in asserts:
+            print(f"  {text}")
     try:
         ep.module()(torch.randn(4, 20, 128), torch.ones(4, 20))
     except Exception as e:  # the exported program is plain torch: its own error type

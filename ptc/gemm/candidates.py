@@ -14,7 +14,8 @@ compared as per-CTA tiles):
 
 1. **key**: kernels are grouped by ``(tile_m, tile_n, cluster_m, cluster_n,
    2cta)`` where ``tile_m`` is the *pair* tile for 2-CTA kernels; one kernel per
-   key survives (best estimate, then name);
+   key survives (best estimate, then name), and the rules below may still drop
+   it, in which case its key has no kernel selected;
 2. **diversity**: at most ``per_tile`` keys share a ``(tile_m, tile_n, 2cta)``
    output tile, so the benchmark budget spans tile shapes, not cluster variants;
 3. **cap**: the best ``max_candidates`` keys remain.
@@ -195,6 +196,7 @@ def select(
     )
     best_per_key: dict = {}
     survivors = []
+    duplicates = []  # (index in dropped, kernel, the key's kept kernel)
     for c in ordered:
         if c.efc != efc:
             why = "efc: EFC variant, but no epilogue is fused" if c.efc else "efc: not EFC, but the epilogue is fused"
@@ -208,22 +210,32 @@ def select(
             continue
         kept = best_per_key.get(c.key)
         if kept is not None:
-            dropped.append((c, f"duplicate: same key as selected {kept.label!r}"))
+            duplicates.append((len(dropped), c, kept))
+            dropped.append((c, ""))  # worded below, once the kept kernel's fate is known
             continue
         best_per_key[c.key] = c
         survivors.append(c)
     per_tile_count: dict = {}
     selected = []
+    rule_of: dict = {}  # a survivor the later rules dropped -> that rule
     for c in survivors:
         tkey = (c.tile[0], c.tile[1], c.two_cta)
         if per_tile_count.get(tkey, 0) >= per_tile:
+            rule_of[c.name] = "diversity"
             dropped.append((c, f"diversity: {per_tile} keys with tile {c.tile[0]}x{c.tile[1]} already selected"))
             continue
         if len(selected) >= max_candidates:
+            rule_of[c.name] = "cap"
             dropped.append((c, f"cap: {max_candidates} candidates already selected"))
             continue
         per_tile_count[tkey] = per_tile_count.get(tkey, 0) + 1
         selected.append(c)
+    for i, c, kept in duplicates:
+        if kept.name in rule_of:
+            why = f"duplicate: same key as {kept.label!r}, the key's best kernel, itself dropped by {rule_of[kept.name]}"
+        else:
+            why = f"duplicate: same key as selected {kept.label!r}"
+        dropped[i] = (c, why)
     return selected, dropped
 
 

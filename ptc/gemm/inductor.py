@@ -174,6 +174,34 @@ def _scale_mode(a, b, s_a, s_b):
     return mode, ""
 
 
+def _device_note(device_type: str, device_types: Sequence[str]) -> str:
+    """Why an op on ``device_type`` tensors gets no ptc candidates."""
+    note = (f"the op's tensors are on {device_type}, and this session serves GEMMs on "
+            f"{', '.join(device_types)} tensors (device_types=): ptc.gemm's kernels are CUDA GEMMs")
+    if "cuda" in device_types and not torch.cuda.is_available():
+        note += "; no CUDA device is available here"
+    return note
+
+
+def _require_cuda(device_types: Sequence[str]) -> None:
+    """FeatureUnavailable when every device ``device_types`` names is CUDA and there is none."""
+    from ptc import _compat
+
+    if set(device_types) - {"cuda"} or _compat.CUDA_AVAILABLE:
+        return
+    if not _compat.CUDA_BUILD:
+        missing, requirement = "this torch is a CPU-only build (torch.version.cuda is None)", "CUDA_BUILD"
+    else:
+        missing, requirement = ("no CUDA device is available (torch.cuda.is_available() is False: "
+                                "no NVIDIA driver or no visible GPU)"), "CUDA_AVAILABLE"
+    raise FeatureUnavailable(
+        f"ptc.gemm.enable: {missing}, and ptc.gemm's kernels are CUDA GEMMs. Planning needs no GPU "
+        "(ptc.gemm.plan, ptc gemm explain); device_types=('cpu',) runs the hook on CPU tensors, "
+        "where its candidates cannot launch",
+        requirement,
+    )
+
+
 class GemmSession:
     """An enabled ptc.gemm; use :func:`enable` to make one. Also a context manager.
 
@@ -323,7 +351,7 @@ class GemmSession:
         first = choices[0]
         nodes, layout = first.input_nodes, first.layout
         if layout.device.type not in self.device_types:
-            report.note = f"device {layout.device.type} is not one of {self.device_types}"
+            report.note = _device_note(layout.device.type, self.device_types)
             return []
         tgt = self._target_for(layout.device)
         if tgt is None:
@@ -577,13 +605,17 @@ def enable(
       tolerance: tie band for the database's winner (see :mod:`ptc.gemm.policy`).
       device_types: devices whose GEMMs get candidates (``("cuda",)``; adding
         ``"cpu"`` exercises the hook on CPU, where candidates fail to launch).
+        An op on other tensors keeps Inductor's choices; its report's note says
+        so.
       fuse_epilogues: rewrite GEMM + pointwise chains so fused CuTeDSL kernels
         compete (see :mod:`ptc.gemm.fusion`).
 
     Raises:
       PtcValueError / PtcTypeError: a bad argument (named in the message).
       PtcValueError: another session is active (disable it first).
-      FeatureUnavailable: this torch has no autotune preprocessing hook.
+      FeatureUnavailable: this torch has no autotune preprocessing hook, or
+        ``device_types`` names CUDA only and there is no CUDA device (a CPU-only
+        torch build, no driver, no visible GPU): the message names which.
     """
     global _ACTIVE
     from ptc import _compat
@@ -606,6 +638,8 @@ def enable(
         raise PtcValueError(f"max_candidates must be an int >= 1, got {max_candidates!r}")
     if not isinstance(tolerance, (int, float)) or tolerance < 0:
         raise PtcValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
+    if isinstance(device_types, str) or not device_types:
+        raise PtcTypeError(f"device_types must be a sequence of device types like ('cuda',), got {device_types!r}")
     if _ACTIVE is not None and _ACTIVE.active:
         raise PtcValueError("ptc.gemm is already enabled; call disable() on the active session first")
     tgt = _target(target) if target is not None else None
@@ -613,5 +647,6 @@ def enable(
         db = AutotuneDB(db, tolerance=tolerance)
     elif db is not None and not isinstance(db, AutotuneDB):
         raise PtcTypeError(f"db must be a path or an AutotuneDB, got {type(db).__name__}")
+    _require_cuda(device_types)
     _ACTIVE = GemmSession(names, tgt, db, max_candidates, tolerance, device_types, fuse_epilogues)._install()
     return _ACTIVE

@@ -145,12 +145,99 @@ def test_fix_export_metadata_repairs_torch_strict_nesting_bug():
         assert torch.equal(loaded.module()(torch.tensor(i), X), X[: i + 1] * 2)
 
 
-def test_branch_dtype_mismatch_is_an_error_when_traced():
+def _consumers():
+    """Every consumer that traces switch: name -> run(fn, index, x)."""
+
+    def export(strict):
+        def run(fn, i, x):
+            class Program(torch.nn.Module):
+                def forward(self, index, x):
+                    return fn(index, x)
+
+            return torch.export.export(Program(), (i, x), strict=strict)
+
+        return run
+
+    return {
+        "compile-fullgraph": lambda fn, i, x: torch.compile(fn, fullgraph=True, backend="eager")(i, x),
+        "compile": lambda fn, i, x: torch.compile(fn, backend="eager")(i, x),
+        "export-strict": export(True),
+        "export-nonstrict": export(False),
+        "make_fx": lambda fn, i, x: make_fx(fn, tracing_mode="symbolic")(i, x),
+        "vmap": lambda fn, i, x: torch.vmap(fn)(i.expand(2), x.expand(2, *x.shape)),
+    }
+
+
+CONSUMERS = _consumers()
+
+
+def _pair(dtype=torch.float32):
+    return lambda x: (x * 2, (x * 3).to(dtype))
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        pytest.param(
+            _pair(torch.float64),
+            r"branches\[2\] returns a different dtype than branches\[0\]: output\[1\] is "
+            r"torch.float64 in branches\[2\] but torch.float32 in branches\[0\]",
+            id="dtype",
+        ),
+        pytest.param(
+            lambda x: [x * 2, x * 3],
+            r"branches\[2\] returns a different structure than branches\[0\]: output is a list "
+            r"of 2 in branches\[2\] but a tuple of 2 in branches\[0\]",
+            id="structure",
+        ),
+        pytest.param(
+            lambda x: (x * 2, (x * 3).unsqueeze(0)),
+            r"branches\[2\] returns a different number of dimensions than branches\[0\]: "
+            r"output\[1\] is 2-d in branches\[2\] but 1-d in branches\[0\]",
+            id="ndim",
+        ),
+    ],
+)
+def test_branch_mismatch_is_raised_by_every_tracing_consumer(consumer, bad, match):
+    branches = [_pair(), _pair(), bad]
+    with pytest.raises(ptc.BranchMismatch, match=match) as info:
+        CONSUMERS[consumer](lambda i, x: switch(i, branches, x), torch.tensor(0), X)
+    assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+@pytest.mark.parametrize("index", [torch.tensor(1.0), torch.tensor(True)], ids=["float", "bool"])
+def test_non_integer_index_is_a_ptc_type_error_in_every_consumer(consumer, index):
+    branches = affine_branches(3)
+    with pytest.raises(ptc.PtcTypeError, match=r"switch: index must be a Python int or a tensor of integer dtype"):
+        CONSUMERS[consumer](lambda i, x: switch(i, branches, x), index, X)
+
+
+def test_non_scalar_index_is_a_ptc_value_error_under_fullgraph():
+    compiled = torch.compile(lambda i, x: switch(i, affine_branches(3), x), fullgraph=True, backend="eager")
+    with pytest.raises(ptc.PtcValueError, match=r"index must be a scalar"):
+        compiled(torch.zeros(2, dtype=torch.int64), X)
+
+
+def test_nested_switches_are_checked_separately():
+    inner = [lambda x: (x * 2).double(), lambda x: (x * 3).double()]
+    outer = [lambda i, x: switch(i, inner, x), lambda i, x: switch(i, inner, x) + 1, lambda i, x: x.double()]
+    compiled = torch.compile(lambda i, x: switch(i, outer, i, x), fullgraph=True, backend="eager")
+    for i in range(3):
+        assert torch.equal(compiled(torch.tensor(i), X), outer[i](torch.tensor(i), X))
+
+    bad = [lambda x: x * 2, lambda x: x.double()]
+    outer = [lambda i, x: (x * 2).double(), lambda i, x: switch(i, bad, x)]
+    with pytest.raises(ptc.BranchMismatch, match=r"branches\[1\] returns a different dtype than branches\[0\]"):
+        torch.compile(lambda i, x: switch(i, outer, i, x), fullgraph=True, backend="eager")(torch.tensor(0), X)
+
+
+def test_eager_runs_only_the_chosen_branch_and_does_not_compare_outputs():
+    # documented: eager does not run (so does not check) the other branches
     branches = [lambda x: x * 2, lambda x: (x * 2).long()]
-    with pytest.raises(Exception, match="dtype"):
-        torch.compile(lambda i, x: switch(i, branches, x), fullgraph=True, backend="eager")(
-            torch.tensor(0), X
-        )
+    assert switch(torch.tensor(0), branches, X).dtype == torch.float32
+    assert switch(torch.tensor(1), branches, X).dtype == torch.int64
 
 
 def test_bad_index_is_rejected_while_tracing_too():

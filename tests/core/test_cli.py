@@ -60,6 +60,23 @@ def test_env_native_column_follows_probes(env_json):
         assert native["fault_tolerance"].startswith("none")
 
 
+def test_readme_complex_row_agrees_with_each_torch_and_ptc_env(env_json):
+    """The README's feature table says what each torch really has (test_compat's ground
+    truth), and `ptc env` says the same for the torch at hand."""
+    from test_compat import GROUND_TRUTH
+
+    row = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("| complex"))
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    native = {"2.13.0": cells[1], "2.14.1": cells[1] if cells[2] == "same" else cells[2]}
+    for version, cell in native.items():
+        assert ("enable_complex_wrapper" in cell) == GROUND_TRUTH[version]["NATIVE_COMPLEX_WRAPPER"], (version, cell)
+    env = next(f["native"] for f in env_json["features"] if f["name"] == "complex")
+    assert ("enable_complex_wrapper" in env) == _compat.NATIVE_COMPLEX_WRAPPER, env
+    here = next((cell for version, cell in native.items() if torch.__version__.startswith(version)), None)
+    if here is not None:
+        assert ("enable_complex_wrapper" in here) == ("enable_complex_wrapper" in env), (here, env)
+
+
 def test_env_text_report():
     out = _ptc("env").stdout
     assert f"torch {torch.__version__}" in out
@@ -81,6 +98,15 @@ def test_demo_one_section():
     assert "=== ptc demo env:" in out
     assert f"torch {torch.__version__}" in out
     assert "ptc demo finished" in out
+
+
+def test_demo_specs_prints_no_empty_heading(capsys):
+    demos.run(["specs"])
+    lines = capsys.readouterr().out.splitlines()
+    headings = [i for i, line in enumerate(lines) if line.endswith(":") and not line.startswith(" ")]
+    assert headings, lines
+    for i in headings:
+        assert i + 1 < len(lines) and lines[i + 1].startswith("  "), f"empty heading {lines[i]!r}"
 
 
 def test_demo_unknown_section_is_a_clear_error():

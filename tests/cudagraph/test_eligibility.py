@@ -96,6 +96,61 @@ def test_old_cuda_makes_every_conditional_ineligible(x4):
     assert all(g.counts()["while"] == g.counts()["if"] == 0 for g in cf.graphs)
 
 
+def test_an_emulated_backend_without_while_nodes_is_named_as_such(x4):
+    """The reason describes the Support it was given, not the installed torch (2.14 has WHILE)."""
+    cf = captured(P.cond_in_while, x4, T(3), support=Support(while_nodes=False, if_nodes=True))
+    assert cf.report.fallbacks == {
+        "loop0": ["no binding: no WHILE nodes here: the emulated graph backend has none (Support(while_nodes=False))"]
+    }
+
+
+def _cuda_reasons(monkeypatch, build, device, while_nodes, if_nodes):
+    """The first reason of loop0 for executor='cuda', with this install's CUDA facts replaced."""
+    from ptc import _compat
+    from ptc.cudagraph import cuda_graph
+
+    for name, value in (("CUDA_BUILD", build), ("CUDA_AVAILABLE", device),
+                        ("CUDA_GRAPH_WHILE_NODES", while_nodes), ("CUDA_GRAPH_IF_NODES", if_nodes)):
+        monkeypatch.setattr(_compat, name, value, raising=False)
+    no_cuda_python = {"while_if": False, "if_else_switch": False, "reason": "cuda-python (cuda.bindings) is not installed"}
+    monkeypatch.setattr(cuda_graph, "_ptc_node_capabilities", lambda: no_cuda_python)
+    monkeypatch.setattr(cuda_graph, "cuda_version", lambda: (12, 8) if build else None)
+    _, reasons = _reasons(_counted_graph(), executor="cuda", segments="eager")
+    return reasons[0]
+
+
+@pytest.mark.parametrize(
+    "build, device, expected",
+    [
+        (False, False, "no CUDA: this torch is a CPU-only build (torch.version.cuda is None)"),
+        (True, False, "no CUDA: no CUDA device is available (torch.cuda.is_available() is False)"),
+    ],
+    ids=["cpu-only-build", "no-device"],
+)
+def test_the_cuda_backend_names_what_is_really_missing(monkeypatch, build, device, expected):
+    # a CPU-only 2.14.1 has no CUDAGraph node methods either; a CUDA build has both
+    assert _cuda_reasons(monkeypatch, build, device, build, build) == expected
+
+
+def test_the_cuda_backend_names_the_binding_it_lacks(monkeypatch):
+    assert _cuda_reasons(monkeypatch, True, True, False, True) == (
+        "no binding: no WHILE nodes here: torch.cuda.CUDAGraph offers IF nodes in this torch, and ptc's own "
+        "nodes are unavailable (cuda-python (cuda.bindings) is not installed)"
+    )
+
+
+def test_ptc_env_line_names_what_the_gpu_path_lacks(monkeypatch):
+    from ptc import _compat
+
+    monkeypatch.setattr(_compat, "CUDA_BUILD", False, raising=False)
+    monkeypatch.setattr(_compat, "CUDA_GRAPH_WHILE_NODES", False, raising=False)
+    assert "GPU: none, this torch is a CPU-only build" in cg.capability("cudagraph")
+    monkeypatch.setattr(_compat, "CUDA_BUILD", True, raising=False)
+    monkeypatch.setattr(_compat, "CUDA_AVAILABLE", False, raising=False)
+    monkeypatch.setattr(_compat, "CUDA_GRAPH_WHILE_NODES", True, raising=False)
+    assert "GPU: WHILE+IF nodes via torch's binding; no CUDA device here" in cg.capability("cudagraph")
+
+
 def test_torch_213_like_support_graphs_the_body_and_runs_the_loop_on_the_host(x4):
     """No WHILE binding (torch 2.13): the loop runs on the host, but the cond inside
     its body is still captured, as IF nodes in the body's own graph."""

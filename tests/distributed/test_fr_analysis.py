@@ -211,6 +211,19 @@ def test_cli_exit_status_json_and_entries(world, tmp_path):
     assert proc.returncode == 2 and "no such directory" in proc.stderr
 
 
+def test_fr_trace_given_one_dump_file_names_the_directory_to_pass(world):
+    w = world(2)
+    w.all_reduce([0, 1])
+    directory = w.dump()
+    one = directory / "rank_0"
+    proc = run_cli("fr-trace", str(one))
+    assert proc.returncode == 2, proc.stdout
+    assert f"{str(one)!r} is a file; pass the directory that holds the <prefix><rank> dumps" in proc.stderr
+    assert f"(here {str(directory)!r})" in proc.stderr and "no such directory" not in proc.stderr
+    with pytest.raises(PtcValueError, match="is a file; pass the directory"):
+        fr_analysis.analyze(one)
+
+
 def test_fr_trace_needs_neither_tabulate_nor_torch(world):
     w = world(2)
     w.all_reduce([0])
@@ -244,3 +257,16 @@ def test_stock_torchfrtrace_reads_ptc_dumps(world):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "Rank 0" in out and "Rank 2" in out and out.count("all_reduce(input_sizes=[[8]], state=completed)") == 5
+
+
+@pytest.mark.multiprocess
+def test_flight_recorder_demo_removes_its_dumps(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from ptc.demos import flight_recorder as demo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    demo.main()
+    out = capsys.readouterr().out
+    assert "dumps written by the ranks' recorders" in out and "verdict: " in out
+    assert list(tmp_path.iterdir()) == []

@@ -115,6 +115,23 @@ f: cap: 3 candidates already selected""")
         select(cands, max_candidates=0)
 
 
+def test_a_duplicate_names_its_key_kernel_truthfully():
+    """The kernel a duplicate points to is selected, or the reason says it was dropped too."""
+    mk = lambda name, t, cl, est: Candidate(name, t, cl, False, False, "clc", est)
+    cands = [
+        mk("a", (128, 256, 64), (2, 1), 10.0), mk("b", (128, 256, 64), (1, 1), 11.0),
+        mk("c", (128, 256, 64), (4, 1), 12.0), mk("c2", (128, 256, 32), (4, 1), 12.5),  # c: 3rd key of the tile
+        mk("d", (64, 64, 64), (1, 1), 13.0), mk("d2", (64, 64, 32), (1, 1), 13.5),
+    ]
+    sel, dropped = select(cands, max_candidates=2, per_tile=2)
+    assert [c.name for c in sel] == ["a", "b"]
+    assert_expected_inline("\n".join(f"{c.name}: {r}" for c, r in dropped), """\
+c2: duplicate: same key as 't128x256x64 c4x1 1cta clc', the key's best kernel, itself dropped by diversity
+d2: duplicate: same key as 't64x64x64 c1x1 1cta clc', the key's best kernel, itself dropped by cap
+c: diversity: 2 keys with tile 128x256 already selected
+d: cap: 2 candidates already selected""")
+
+
 def test_explain_golden_for_hopper():
     from ptc.gemm import format_plan
 
@@ -131,12 +148,10 @@ kernels  28 compatible, 4 selected, 24 dropped
      4  t64x256x64 c2x2 1cta static           209.6
 
   dropped:
-    t128x128x64 c1x1 1cta static          333.5  duplicate: same key as selected 't128x128x32 c1x1 1cta static'
-    t128x64x64 c1x1 1cta static           498.8  duplicate: same key as selected 't128x64x32 c1x1 1cta static'
-    t64x128x64 c1x1 1cta static           498.8  duplicate: same key as selected 't64x128x32 c1x1 1cta static'
-    ... 18 more: cap
-    ... 2 more: diversity
-    ... 1 more: duplicate""")
+    t128x128x64 c1x1 1cta static          333.5  duplicate: same key as 't128x128x32 c1x1 1cta static', the key's best kernel, itself dropped by cap
+    t128x64x64 c1x1 1cta static           498.8  duplicate: same key as 't128x64x32 c1x1 1cta static', the key's best kernel, itself dropped by cap
+    t64x128x64 c1x1 1cta static           498.8  duplicate: same key as 't64x128x32 c1x1 1cta static', the key's best kernel, itself dropped by cap
+    ... 21 more (cap 18, diversity 2, duplicate 1); `ptc gemm explain --all` (show_dropped=None) lists them""")
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -158,6 +173,10 @@ def test_select_invariants(cands, cap, per_tile, efc):
     assert all(c.efc == efc and c.cluster[0] * c.cluster[1] <= 8 for c in sel)
     tiles = [(c.tile[0], c.tile[1], c.two_cta) for c in sel]
     assert all(tiles.count(t) <= per_tile for t in tiles)
+    labels = {c.label for c in sel}
+    for _, reason in dropped:
+        if reason.startswith("duplicate: same key as selected "):
+            assert reason.split("selected ", 1)[1].strip("'") in labels
     # nothing dropped for the cap is better than something selected
     capped = [c for c, r in dropped if r.startswith("cap")]
     assert all(c.estimate_us >= max(s.estimate_us for s in sel) for c in capped)

@@ -17,7 +17,17 @@ def test_explain_lists_candidates_reasons_and_fusion(capsys):
     out = capsys.readouterr().out
     assert "problem  mm:bf16xbf16->bf16:m128n4096k4096:tn   target B200" in out
     assert "not fused: exact GELU needs erf" in out
-    assert "rank  candidate" in out and "dropped:" in out and "more: cluster" in out
+    assert "rank  candidate" in out and "dropped:" in out
+
+
+def test_explain_without_all_says_how_many_more_and_how_to_list_them(capsys):
+    assert cli.main(["gemm", "explain", "--target", "B200", "-m", "128", "-n", "4096", "-k", "4096"]) == 0
+    out = capsys.readouterr().out
+    dropped = int(out.split(" selected, ")[1].split(" dropped")[0])
+    rows = [ln for ln in out.splitlines() if ln.startswith("    t")]
+    last = out.rstrip().splitlines()[-1]
+    assert len(rows) == 12 and last.startswith(f"    ... {dropped - 12} more (")
+    assert last.endswith("; `ptc gemm explain --all` (show_dropped=None) lists them")
 
 
 def test_explain_all_lists_every_kernel(capsys):
@@ -25,7 +35,7 @@ def test_explain_all_lists_every_kernel(capsys):
     out = capsys.readouterr().out
     considered = int(out.split("kernels  ")[1].split(" compatible")[0])
     rows = [ln for ln in out.splitlines() if ln.startswith("    t") or ln.lstrip()[:1].isdigit()]
-    assert len(rows) == considered and "more:" not in out
+    assert len(rows) == considered and "more (" not in out
 
 
 def test_explain_shows_measured_times_and_winner_from_a_db(tmp_path, capsys):
@@ -37,6 +47,66 @@ def test_explain_shows_measured_times_and_winner_from_a_db(tmp_path, capsys):
     assert cli.main(["gemm", "explain", "--signature", problem.signature(), "--db", str(tmp_path / "db.json")]) == 0
     out = capsys.readouterr().out
     assert f"{best}" in out and "15.0  <- winner" in out and f"database winner: {best}" in out
+
+
+def test_explain_finds_measurements_taken_on_a_gpu_that_is_the_target(tmp_path, capsys):
+    """enable() records the device's own name (and the fused epilogue); explain --target matches it."""
+    problem = GemmProblem("mm", 16, 4096, 4096)
+    db = AutotuneDB(tmp_path / "db.json")
+    db.record(Key("NVIDIA B200", "t", "d", "mm+epilogue", problem.signature() + ":epi=bias,relu"),
+              {"ptc_reference_mm": 20.0, "ptc_nvgemm_x": 15.0})
+    db.save()
+    argv = ["gemm", "explain", "--signature", problem.signature(), "--db", str(tmp_path / "db.json")]
+    assert cli.main(argv + ["--epilogue", "bias,relu"]) == 0
+    assert "database winner: ptc_nvgemm_x" in capsys.readouterr().out
+    assert cli.main(argv + ["--target", "H100"]) == 0
+    assert "database: no measurement for this problem on H100_SXM" in capsys.readouterr().out
+
+
+def test_explain_with_a_missing_db_is_an_error(tmp_path, capsys):
+    missing = tmp_path / "gemm_autotune.json"
+    assert cli.main(["gemm", "explain", "-m", "16", "-n", "64", "-k", "64", "--db", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"db (--db) names {str(missing)!r}, which does not exist" in err
+    assert "ptc.gemm.enable(db=...) writes one" in err and not missing.exists()
+
+
+def _readme_section(title):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    return text.split(f"### {title}", 1)[1].split("\n### ", 1)[0]
+
+
+def test_readme_explain_commands_run_as_written(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    section = _readme_section("`ptc.gemm`")
+    commands = [ln for ln in section.splitlines() if ln.startswith("ptc gemm explain")]
+    monkeypatch.chdir(tmp_path)
+    db = AutotuneDB("gemm_autotune.json")
+    db.record(Key("H100_SXM", "t", "d", "mm", GemmProblem("mm", 128, 4096, 4096).signature()), {"mm": 20.0})
+    db.save()
+    for command in commands:
+        assert cli.main(shlex.split(command)[1:]) == 0, command
+    assert len(commands) == 2 and "database winner: mm" in capsys.readouterr().out
+
+
+def test_readme_gpu_example_without_a_gpu_is_feature_unavailable(monkeypatch, tmp_path):
+    """The README's enable() example, where no CUDA device is available: FeatureUnavailable
+    (a RuntimeError) naming what is missing, before any CUDA tensor is made."""
+    import ptc
+    from ptc import _compat
+
+    monkeypatch.setattr(_compat, "CUDA_AVAILABLE", False, raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = _readme_section("`ptc.gemm`").split("```python\n", 1)[1].split("```", 1)[0]
+    with pytest.raises(ptc.FeatureUnavailable) as info:
+        exec(compile(code, "README.md", "exec"), {})
+    assert isinstance(info.value, RuntimeError) and info.value.requirement in ("CUDA_BUILD", "CUDA_AVAILABLE")
+    assert ("CPU-only build" in str(info.value)) == (not _compat.CUDA_BUILD)
+    assert "no CUDA device" in str(info.value) or "CPU-only build" in str(info.value)
+    assert "ptc.gemm's kernels are CUDA GEMMs" in str(info.value)
 
 
 def test_explain_errors_are_reported_not_raised(capsys):

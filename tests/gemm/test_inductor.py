@@ -171,7 +171,9 @@ def test_enable_validates_and_disable_restores():
         gemm.enable(target="A100")
     with pytest.raises(PtcValueError, match="max_candidates must be an int >= 1"):
         gemm.enable(max_candidates=0)
-    s = gemm.enable(("NVGEMM", "ATEN"), target="H100")
+    with pytest.raises(PtcTypeError, match="device_types must be a sequence of device types"):
+        gemm.enable(device_types="cuda")
+    s = gemm.enable(("NVGEMM", "ATEN"), target="H100", device_types=("cuda", "cpu"))
     assert config.max_autotune_gemm_backends.startswith("ATEN") and "TRITON" not in config.max_autotune_gemm_backends
     with pytest.raises(PtcValueError, match="already enabled"):
         gemm.enable()
@@ -180,6 +182,38 @@ def test_enable_validates_and_disable_restores():
     assert gemm.active_session() is None
     assert (config.max_autotune_gemm_backends, config.pre_grad_custom_pass,
             list(sa.get_algorithm_selector_cache().preprocessing_fns)) == before
+
+
+def test_enable_without_a_cuda_device_is_feature_unavailable(monkeypatch):
+    from ptc import FeatureUnavailable, _compat
+
+    monkeypatch.setattr(_compat, "CUDA_AVAILABLE", False, raising=False)
+    monkeypatch.setattr(_compat, "CUDA_BUILD", False, raising=False)
+    with pytest.raises(FeatureUnavailable, match=r"this torch is a CPU-only build .*CUDA GEMMs") as info:
+        gemm.enable(target="B200")
+    assert isinstance(info.value, RuntimeError) and info.value.requirement == "CUDA_BUILD"
+    monkeypatch.setattr(_compat, "CUDA_BUILD", True, raising=False)
+    with pytest.raises(FeatureUnavailable, match=r"no CUDA device is available") as info:
+        gemm.enable()
+    assert info.value.requirement == "CUDA_AVAILABLE" and gemm.active_session() is None
+    gemm.enable(device_types=("cpu",)).disable()  # CPU tensors on request: no CUDA needed
+
+
+def test_a_gemm_on_tensors_the_session_does_not_serve_says_why(monkeypatch):
+    from ptc import _compat
+
+    monkeypatch.setattr(_compat, "CUDA_AVAILABLE", True, raising=False)  # as on a GPU machine
+    with gemm.enable(target="B200") as s:
+        out, code = compile_and_run(lambda a, b: a @ b, A, B)
+    torch.testing.assert_close(out, A @ B)
+    (r,) = s.reports
+    assert r.problem is None and "ptc_nvgemm" not in code
+    assert r.note.startswith("the op's tensors are on cpu, and this session serves GEMMs on cuda tensors")
+    assert "ptc.gemm's kernels are CUDA GEMMs" in r.note
+    text = gemm.format_report(r)
+    assert text.splitlines()[0] == "== mm: no ptc candidates" and "not described" not in text
+    if not torch.cuda.is_available():
+        assert r.note.endswith("; no CUDA device is available here")
 
 
 def test_enable_registers_kernels_and_keys_the_graph_cache():

@@ -216,8 +216,20 @@ def _infer_prefix(names: Sequence[str]) -> str:
 
 
 def load_dumps(directory: Union[str, os.PathLike], prefix: Optional[str] = None) -> Dict[int, RankDump]:
-    """Read ``<directory>/<prefix><rank>`` files; ``prefix`` is inferred when all files share one."""
+    """Read ``<directory>/<prefix><rank>`` files; ``prefix`` is inferred when all files share one.
+
+    Raises:
+      PtcValueError: ``directory`` does not exist, is a file (the analysis lines up
+        every rank's dump, so it takes the directory that holds them), or holds no
+        readable dump.
+    """
     directory = os.fspath(directory)
+    if os.path.isfile(directory):
+        parent = os.path.dirname(directory) or "."
+        raise PtcValueError(
+            f"{directory!r} is a file; pass the directory that holds the <prefix><rank> dumps "
+            f"(here {parent!r}): the analysis lines up every rank's calls"
+        )
     if not os.path.isdir(directory):
         raise PtcValueError(f"directory {directory!r}: no such directory")
     names = sorted(
