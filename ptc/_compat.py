@@ -18,10 +18,12 @@ version string.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
 import inspect
+import logging
 from typing import Callable, Dict, NamedTuple
 
 import torch
@@ -188,6 +190,64 @@ def size_oblivious_tracing():
 
 
 # --- shape specs ------------------------------------------------------------
+
+
+@_probe
+def mark_dynamic_specialize_on() -> bool:
+    """mark_dynamic takes specialize_on= (one Dynamo trace, one backend compile per predicate a call matches)."""
+    return _accepts(torch._dynamo.mark_dynamic, "specialize_on")
+
+
+@_probe
+def shape_guard_stacks() -> bool:
+    """ShapeEnv reports each guard it adds, with the Python and user stacks, as a structured trace event."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    try:
+        return "guard_added_fast" in inspect.getsource(ShapeEnv._log_guard)
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def guard_stacks():
+    """A context collecting each shape guard torch adds while it is active.
+
+    It yields a list that fills with ``(guard text, frames)`` pairs, ``frames``
+    being ``(filename, lineno, function, line)`` tuples, innermost last: the
+    user code Dynamo was tracing where Dynamo traces, else the Python stack.
+    The list stays empty where :func:`shape_guard_stacks` is False. It listens
+    to torch's structured trace log (``torch.__trace``), which makes torch
+    format all its structured events while it is active: a slow path.
+    """
+    events: list = []
+    if not _PROBES["SHAPE_GUARD_STACKS"].check():
+        yield events
+        return
+    from torch._logging import structured
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            meta = getattr(record, "metadata", None)
+            event = meta.get("guard_added_fast") if isinstance(meta, dict) else None
+            if event is None:
+                return
+            names = {i: name for name, i in structured.INTERN_TABLE.items()}
+            frames = event.get("user_stack") or event.get("stack") or []
+            events.append((event.get("expr"), [
+                (names.get(f["filename"], str(f["filename"])), f["line"], f["name"], f.get("loc") or "")
+                for f in frames
+            ]))
+
+    logger = logging.getLogger("torch.__trace")
+    handler, level = Handler(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield events
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @_probe

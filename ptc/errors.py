@@ -12,6 +12,8 @@ type                   also a             raised when
 ``PtcValueError``      ``ValueError``     an argument has the right type, a bad value
 ``SpecError``          ``ValueError``     a shape spec itself is malformed
 ``SpecViolation``      ``ValueError``     a call's inputs break a (valid) spec
+``SpecConstraintError`` ``ValueError``    a model's code constrains a spec's variables
+                                          beyond what the spec states (a ``SpecError``)
 ``BranchMismatch``     ``TypeError``      control-flow branches disagree in structure
                                           or dtype
 ``CaptureError``       ``RuntimeError``   a CUDA-graph capture (real or simulated)
@@ -19,6 +21,12 @@ type                   also a             raised when
 ``FeatureUnavailable`` ``RuntimeError``   a feature needs something this install
                                           lacks (a GPU, an optional package)
 ``PeerFailure``        ``RuntimeError``   distributed peers failed; ``.ranks`` names them
+``CoordinatorUnreachable`` ``ConnectionError``  no fault-tolerance coordinator answers
+                                          at the address, or what answers does not
+                                          speak its protocol
+``JobFinished``        ``RuntimeError``   a fault-tolerant worker came (back) after its
+                                          job ended; ``.exit_code`` is what its
+                                          process should exit with
 ``WrongResult``        ``RuntimeError``   a compiled kernel's result disagrees with
                                           what it computes by definition; ptc
                                           refuses the kernel
@@ -35,10 +43,13 @@ __all__ = [
     "PtcValueError",
     "SpecError",
     "SpecViolation",
+    "SpecConstraintError",
     "BranchMismatch",
     "CaptureError",
     "FeatureUnavailable",
     "PeerFailure",
+    "CoordinatorUnreachable",
+    "JobFinished",
     "WrongResult",
 ]
 
@@ -61,6 +72,21 @@ class SpecError(PtcError, ValueError):
 
 class SpecViolation(PtcError, ValueError):
     """A call's inputs break a shape spec; raised before any compiled code runs."""
+
+
+class SpecConstraintError(SpecError):
+    """A model's own code constrains a spec's variables beyond what the spec states.
+
+    Raised where torch reports a constraint violation for a spec'd call
+    (``ptc.specs.export``, a compiled call). ``constraints`` lists each one
+    in the spec's terms (``ptc.specs.diagnose.Constraint``: the rule, the
+    model's source line and the spec change that states it); the exception
+    torch raised is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, constraints=()) -> None:
+        super().__init__(message)
+        self.constraints = list(constraints)
 
 
 class BranchMismatch(PtcError, TypeError):
@@ -98,6 +124,27 @@ class PeerFailure(PtcError, RuntimeError):
         if detail:
             msg += f": {detail}"
         super().__init__(msg)
+
+
+class CoordinatorUnreachable(PtcError, ConnectionError):
+    """No fault-tolerance coordinator could be reached: nothing answers at the
+    address (or the bootstrap store that names it) within the connect timeout,
+    or the server there does not speak the coordinator's protocol."""
+
+
+# What a worker process exits with when its job ended before it could (re)join: 0, because the
+# job itself completed; a non-zero code would make a launcher such as torchrun count the job as
+# failed and restart every worker of a finished job.
+EXIT_JOB_FINISHED = 0
+
+
+class JobFinished(PtcError, RuntimeError):
+    """A fault-tolerant worker came (back) after its job had finished: every
+    member left cleanly, nobody is left to admit it.  Nothing is wrong and
+    nothing is left to do; a worker script should print the message on one
+    line and exit with ``exit_code`` (:data:`EXIT_JOB_FINISHED`)."""
+
+    exit_code = EXIT_JOB_FINISHED
 
 
 class WrongResult(PtcError, RuntimeError):

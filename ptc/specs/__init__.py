@@ -8,10 +8,13 @@
 
 One spec serves eager calls (checked before the call), ``torch.compile``
 (one graph, violations never reach Dynamo), ``ptc.specs.export`` (Dims,
-ranges and runtime assertions) and ``make_fx``.
+ranges and runtime assertions) and ``make_fx``. ``Var("H", choices=(64, 128))``
+allows only those values; ``explain(f, *args)`` names, in the spec's terms,
+the constraints the model's own code adds (``export`` raises them as
+``SpecConstraintError``).
 """
 
-from ptc.specs.api import check, dynamic_spec, export, export_dynamic_shapes, native_spec, spec_of
+from ptc.specs.api import check, dynamic_spec, explain, export, export_dynamic_shapes, native_spec, spec_of
 from ptc.specs.spec import Spec, TensorSpec, tensor
 from ptc.specs.variables import STATIC, Var
 
@@ -24,6 +27,7 @@ __all__ = [
     "dynamic_spec",
     "check",
     "export",
+    "explain",
     "export_dynamic_shapes",
     "native_spec",
     "spec_of",
@@ -33,4 +37,4 @@ __all__ = [
 
 def capability(feature: str) -> str:
     """Status line for ``ptc env``."""
-    return "@dynamic_spec: checked calls, compile, export, make_fx"
+    return "@dynamic_spec: checked calls, compile, export, make_fx, allowed-value sets, constraint diagnosis"

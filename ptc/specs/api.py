@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 
 from ptc import _compat
 from ptc.errors import PtcTypeError, SpecError
+from ptc.specs import diagnose
 from ptc.specs.binding import BoundSpec
 from ptc.specs.lowering import (
     begin_compiled_call,
@@ -24,7 +25,7 @@ from ptc.specs.lowering import (
 )
 from ptc.specs.spec import Spec
 
-__all__ = ["dynamic_spec", "export", "spec_of", "check"]
+__all__ = ["dynamic_spec", "export", "explain", "spec_of", "check"]
 
 _SPEC_ATTR = "__ptc_spec__"
 
@@ -128,6 +129,21 @@ _begin_outside_dynamo = torch._dynamo.disable(begin_compiled_call)
 _end_outside_dynamo = torch._dynamo.disable(end_compiled_call)
 
 
+@torch._dynamo.disable
+def _raise_explained(obj: Any, failure: Exception, args: tuple, kwargs: dict) -> None:
+    """Re-raise a compiled call's ``failure``; torch's constraint violation as a
+    ``SpecConstraintError`` naming the constraints (``explain``), chained to it."""
+    if diagnose.violation(failure) is None:
+        raise failure
+    try:
+        found = _explain(obj, args, kwargs, strict=False)
+    except Exception:  # noqa: BLE001 - the diagnosis is best effort; torch's error stands
+        found = []
+    if not found:
+        raise failure
+    raise diagnose.constraint_error(f"torch.compile({_qualname(obj)})", found) from failure
+
+
 def _decorate_function(fn: Callable, spec: Spec) -> Callable:
     bound = BoundSpec(spec, fn)
     checker, facts, enter = bound.checker, bound.facts, bound.enter
@@ -145,8 +161,11 @@ def _decorate_function(fn: Callable, spec: Spec) -> Callable:
         state = _begin_outside_dynamo(bound, args, kwargs)
         try:
             return enter(*args, **kwargs)  # Dynamo compiles the spec's body frame
+        except Exception as e:
+            failure = e
         finally:
             _end_outside_dynamo(state)
+        _raise_explained(with_spec, failure, args, kwargs)
 
     at_boundary = torch.compiler.disable(with_spec, recursive=False)
     _compat.skip_frame(with_spec.__code__)
@@ -173,8 +192,11 @@ def _decorate_module(cls: type, spec: Spec) -> type:
         state = _begin_outside_dynamo(bound, (self,) + args, kwargs)
         try:
             return enter(self, *args, **kwargs)  # the body frame calls module_call
+        except Exception as e:
+            failure = e
         finally:
             _end_outside_dynamo(state)
+        _raise_explained(self, failure, args, kwargs)
 
     @functools.wraps(forward)
     def forward_with_facts(self, *args, **kwargs):
@@ -264,16 +286,67 @@ def export(
     The example call is checked against the spec first. Variables become
     ``Dim``s with their ranges (``range_constraints`` shows them), ``T`` with
     ``Eq(T % 8, 0)`` becomes ``8*T_over_8``; relations ``Dim`` cannot express
-    (``B*H``, ``T // 2``, ``B <= T``) become runtime assertions in the graph
-    (export then turns the model's own shape guards into assertions too). The program saves and loads with
+    (``B*H``, ``T // 2``, ``B <= T``, a variable's choices) become runtime
+    assertions in the graph (export then turns the model's own shape guards
+    into assertions too). The program saves and loads with
     ``torch.export.save``/``load``. Scalar int arguments are constants, as in
     torch.export. When a variable's range admits 0 or 1, the export traces
     size-obliviously, so the program accepts those sizes too.
+
+    Where the model's own code constrains the variables beyond the spec
+    (torch's constraint violation), this raises ``SpecConstraintError``
+    listing each constraint as :func:`explain` does, torch's error chained.
     """
-    bound = _require_spec(obj)
     kwargs = dict(kwargs or {})
     check(obj, *args, **kwargs)
-    shapes = export_dynamic_shapes(obj, args, kwargs)
+    try:
+        return _export(obj, tuple(args), kwargs, strict, {})
+    except Exception as e:
+        if diagnose.violation(e) is None:
+            raise
+        found = _explain(obj, tuple(args), kwargs, strict=strict)
+        if not found:
+            raise
+        raise diagnose.constraint_error(f"ptc.specs.export({_qualname(obj)})", found) from e
+
+
+def explain(obj: Any, *args: Any, **kwargs: Any) -> List["diagnose.Constraint"]:
+    """The shape constraints ``obj``'s code imposes beyond its spec, for a valid example call.
+
+    Traces the call as ``ptc.specs.export`` does (non-strict) and returns one
+    ``ptc.specs.diagnose.Constraint`` per constraint: the rule in the spec's
+    terms (``"T must be a multiple of 8"``, ``"T must equal 16 (the model
+    specialises it)"``, ``"A must equal B"``), the model's source line that
+    imposes it and the spec change that states it. Empty when the spec states
+    all the model needs. This includes what export accepts silently (a
+    relation such as ``Q <= T`` becomes a guard of the exported program).
+    Under ``torch.compile`` such constraints are guards (recompiles for some
+    valid calls) or, for a variable the model fixes to one value, an error
+    that a compiled call raises as ``SpecConstraintError``.
+    """
+    check(obj, *args, **kwargs)
+    return _explain(obj, tuple(args), dict(kwargs), strict=False)
+
+
+def _explain(obj: Any, args: tuple, kwargs: dict, *, strict: bool) -> List["diagnose.Constraint"]:
+    names: Dict[str, Any] = {}
+    with _compat.guard_stacks() as events:
+        try:
+            outcome = _export(obj, args, kwargs, strict, names)
+        except Exception as e:
+            if diagnose.violation(e) is None:
+                raise
+            outcome = e
+    return diagnose.constraints(_require_spec(obj), names, diagnose.shape_env(outcome), events)
+
+
+def _export(obj: Any, args: tuple, kwargs: dict, strict: bool, names: Dict[str, Any]) -> "torch.export.ExportedProgram":
+    """``torch.export.export`` of a checked call; ``names`` gets the ``Dim`` names (``lowering.dynamic_shapes``)."""
+    bound = _require_spec(obj)
+    if isinstance(obj, torch.nn.Module):
+        shapes = dynamic_shapes(bound, (obj,) + args, kwargs, skip_first=True, dim_names=names)
+    else:
+        shapes = dynamic_shapes(bound, args, kwargs, dim_names=names)
     module = obj if isinstance(obj, torch.nn.Module) else _function_module(obj, bound)
     small_sizes = any(v.min <= 1 for v in bound.spec.vars)
     saved = snapshot_attributes(pytree.tree_leaves((list(args), kwargs)))  # export rewrites their marks
@@ -282,7 +355,7 @@ def export(
         with _compat.size_oblivious_tracing() if small_sizes else contextlib.nullcontext():
             return torch.export.export(
                 module,
-                tuple(args),
+                args,
                 kwargs,
                 dynamic_shapes=shapes,
                 strict=strict,

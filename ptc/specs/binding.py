@@ -125,6 +125,8 @@ class BoundSpec:
             for p in self.param_names
             if p not in self.key_to_param.values() and p != self.key_to_param.get("self", self_param)
         ]
+        # (tensor leaf index, dim) -> the choices of a specialize=True variable there
+        self.specialize: Dict[Tuple[int, int], Tuple[int, ...]] = {}
         # (regex of a scalar int leaf's Dynamo source in the body frame, "backed" | "unbacked")
         self.int_sources: List[Tuple[str, str]] = []
         self.checker, self.facts, self.enter, self.traced_leaves = self._generate(
@@ -192,7 +194,7 @@ class BoundSpec:
                 self.sources[d] = text
                 check.add(f"{v} = {dim}")
                 facts.add(f"{v} = {fdim}")
-                cond = f"{d.min} <= {v}" + (f" <= {d.max}" if d.max is not None else "")
+                cond = _allowed(v, d)
                 check.add(
                     f"if not ({cond}): "
                     + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {d.range_text()} ({d.name} from {t})", v)
@@ -254,6 +256,8 @@ class BoundSpec:
                         facts.add(f"_ptc_check({fdim} == {d})")
                     elif isinstance(d, Var):
                         self.marks.append((len(tensor_locals) - 1, j, _action([d], d.min), d.hint))
+                        if d.specialize:
+                            self.specialize[(len(tensor_locals) - 1, j)] = d.choices
                         bind_or_compare(dim, fdim, dtext, d)
                     else:
                         self.marks.append((len(tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d)), None))
@@ -316,7 +320,7 @@ class BoundSpec:
                     bound[u] = None
                     self.sources[u] = f"{dtext} == {shown}"
                     check.add(f"{v} = _ptc_r // _ptc_a")
-                    cond = f"{u.min} <= {v}" + (f" <= {u.max}" if u.max is not None else "")
+                    cond = _allowed(v, u)
                     check.add(
                         f"if not ({cond}): "
                         + fail(lambda val, b, u=u, x=dtext, s=shown: f"{u.name}={val} (from {x} == {s}) violates {u.range_text()}", v)
@@ -355,6 +359,14 @@ class BoundSpec:
                 )
             )
             facts.add(f"_ptc_check({code})")
+
+        bare_dims = {d for leaf in self.leaves if leaf.is_tensor for d in leaf.spec.dims if isinstance(d, Var)}
+        for v in self.spec.vars:
+            if v.specialize and v not in bare_dims:
+                raise SpecError(
+                    f"Var {v.name}: specialize=True applies to tensor dims that are exactly the variable, "
+                    f"and no tensor of the spec has {v.name} as a dim"
+                )
 
         # 4. parameters the spec does not mention
         if self.spec.unspecified == "error":
@@ -395,11 +407,20 @@ class BoundSpec:
         raise SpecViolation(self._fail_messages[k](value, bindings))
 
 
+def _allowed(v: str, d: Var) -> str:
+    """Python source: is the value in local ``v`` allowed for ``d`` (its choices, else its range)?"""
+    if d.choices is not None:
+        return f"{v} in {d.choices!r}"
+    return f"{d.min} <= {v}" + (f" <= {d.max}" if d.max is not None else "")
+
+
 def _range_facts(facts: "_Lines", v: str, d: Var) -> None:
     if d.min > 0:
         facts.add(f"_ptc_check({v} >= {d.min})")
     if d.max is not None:
         facts.add(f"_ptc_check({v} <= {d.max})")
+    if d.choices is not None and len(d.choices) <= d.max - d.min:  # not every value of the range
+        facts.add(f"_ptc_check({' | '.join(f'({v} == {c})' for c in d.choices)})")
 
 
 def _action(vs: Sequence[Var], lower: int) -> str:

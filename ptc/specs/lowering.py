@@ -17,8 +17,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping as MappingABC
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import sympy
 import torch
@@ -86,7 +87,10 @@ def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[
             continue
         t = tensors[leaf_index]
         hinted = {} if hint is None else {"hint_override": hint}
-        if action == "unbacked":
+        choices = bound.specialize.get((leaf_index, dim))
+        if choices is not None:
+            d.mark_dynamic(t, dim, specialize_on=_equal_to(choices), **hinted)
+        elif action == "unbacked":
             d.mark_unbacked(t, dim, **hinted)
         elif action == "dynamic":
             d.mark_dynamic(t, dim, **hinted)
@@ -99,6 +103,12 @@ def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[
             if isinstance(t, torch.Tensor):
                 for dim in range(t.dim()):
                     d.mark_static(t, dim)
+
+
+@functools.lru_cache(maxsize=None)
+def _equal_to(choices: Tuple[int, ...]) -> List[Callable[[Any], Any]]:
+    """``specialize_on`` predicates, one per choice (torch reads each one's source, so each is a lambda)."""
+    return [(lambda size, c=c: size == c) for c in choices]
 
 
 def snapshot_attributes(values: Sequence[Any]) -> List[tuple]:
@@ -208,10 +218,12 @@ def divisors(bound: BoundSpec) -> Dict[Var, int]:
 def needs_runtime_asserts(bound: BoundSpec) -> bool:
     """Does the spec hold relations export's ``Dim`` cannot express?
 
-    Those (``B*H``, ``T // 2``, ``B <= T``, divisibility of an expression) are
-    stated as ``torch._check`` facts, which export must turn into runtime
-    assertions rather than guards.
+    Those (``B*H``, ``T // 2``, ``B <= T``, divisibility of an expression, a
+    variable's choices) are stated as ``torch._check`` facts, which export must
+    turn into runtime assertions rather than guards.
     """
+    if any(v.choices is not None for v in bound.spec.vars):
+        return True
     handled = set()
     for v, k in divisors(bound).items():
         handled.add(sympy.Eq(sympy.Mod(v, k), 0))
@@ -229,28 +241,45 @@ def needs_runtime_asserts(bound: BoundSpec) -> bool:
     return False
 
 
-def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any], *, skip_first: bool = False) -> Dict[str, Any]:
+def dynamic_shapes(
+    bound: BoundSpec,
+    args: Sequence[Any],
+    kwargs: Dict[str, Any],
+    *,
+    skip_first: bool = False,
+    dim_names: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """``dynamic_shapes`` for ``torch.export.export`` from the spec and one example call.
 
     Keyed by parameter name (the form export reads for any signature). A
     variable with a divisibility assumption ``Eq(V % k, 0)`` becomes ``k*V_``
     over a phantom root ``V_``, so export knows the divisibility exactly.
     Tensors in parameters the spec does not mention are static, or
-    ``Dim.AUTO`` in every dim under ``unspecified="auto"``.
+    ``Dim.AUTO`` in every dim under ``unspecified="auto"``. ``dim_names``, when
+    given, is filled with each ``Dim``'s name and the spec expression it
+    stands for (``T_over_8``: ``T/8``).
+
+    The keys are the parameters the call passes (defaults left out), as
+    ``torch.export`` requires. An object of a class registered with pytree
+    (a KV-cache object, a model output) is given as the list of its flattened
+    children, as ``torch.export`` reads it; a tensor among them that the spec
+    describes (by attribute path, ``{"layers": [{"keys": tensor(...)}]}``) gets
+    that description, found by identity with the tensor at the spec's path.
     """
+    dim_names = {} if dim_names is None else dim_names
     from torch.export import Dim
 
     sig = bound.signature
-    bound_args = sig.bind(*args, **kwargs)
-    bound_args.apply_defaults()
+    bound_args = sig.bind(*args, **kwargs)  # no defaults: export keys dynamic_shapes by the passed arguments
     dims: Dict[Var, Any] = {}
     used_names: Dict[str, int] = {}
     multiple_of = divisors(bound)
 
-    def fresh(name: str, **bounds: Any) -> Any:
+    def fresh(name: str, value: Any, **bounds: Any) -> Any:
         used_names[name] = used_names.get(name, 0) + 1
         if used_names[name] > 1:
             name = f"{name}_{used_names[name]}"
+        dim_names[name] = value
         return Dim(name, **bounds)
 
     def dim_of(v: Var) -> Any:
@@ -261,12 +290,12 @@ def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any]
                 k = multiple_of[v]
                 lo, hi = -(-v.min // k), (v.max // k if v.max is not None else None)
                 bounds = {"min": lo} if hi is None else {"min": lo, "max": hi}
-                dims[v] = k * fresh(f"{v.name}_over_{k}", **bounds)
+                dims[v] = k * fresh(f"{v.name}_over_{k}", v / k, **bounds)
             else:
                 bounds = {"min": v.min}
                 if v.max is not None:
                     bounds["max"] = v.max
-                dims[v] = fresh(v.name, **bounds)
+                dims[v] = fresh(v.name, v, **bounds)
         return dims[v]
 
     def dim_spec(d: Any) -> Any:
@@ -288,35 +317,45 @@ def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any]
         bounds = {"min": lo} if hi is None else {"min": lo, "max": hi}
         if hi is not None and hi == lo:
             return None
-        return fresh("_".join(v.name for v in vs) + "_expr", **bounds)
+        return fresh("_".join(v.name for v in vs) + "_expr", d, **bounds)
 
     leaf_of: Dict[tuple, Leaf] = {
         (bound.key_to_param[leaf.param], leaf.steps): leaf for leaf in bound.leaves
     }
     auto = bound.spec.unspecified == "auto"
 
-    def mirror(value: Any, param: str, steps: tuple) -> Any:
-        leaf = leaf_of.get((param, steps))
+    def tensor_shape(leaf: Leaf) -> Any:
+        spec = {j: dim_spec(d) for j, d in enumerate(leaf.spec.dims)}
+        spec = {j: s for j, s in spec.items() if s is not None}
+        return spec or None
+
+    def mirror(value: Any, param: str, steps: Optional[tuple]) -> Any:
+        """``steps`` is None below a pytree-registered object, where paths no longer match the spec's."""
+        leaf = leaf_of.get((param, steps)) if steps is not None else None
+        if leaf is None and isinstance(value, torch.Tensor):
+            leaf = leaf_by_id.get(id(value))
         if leaf is not None:
-            if isinstance(leaf.spec, TensorSpec):
-                spec = {j: dim_spec(d) for j, d in enumerate(leaf.spec.dims)}
-                spec = {j: s for j, s in spec.items() if s is not None}
-                return spec or None
-            return None  # scalar ints are constants in export
+            return tensor_shape(leaf) if isinstance(leaf.spec, TensorSpec) else None  # ints: constants in export
         if isinstance(value, torch.Tensor):
             return {j: Dim.AUTO for j in range(value.dim())} if auto and value.dim() else None
         if isinstance(value, MappingABC):
-            return {k: mirror(v, param, steps + (("key", k),)) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(mirror(v, param, steps + (("index", i),)) for i, v in enumerate(value))
+            return {k: mirror(v, param, _step(steps, "key", k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)) and pytree._get_node_type(value) in pytree.BUILTIN_TYPES:
+            items = [mirror(v, param, _step(steps, "index", i)) for i, v in enumerate(value)]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        if pytree._get_node_type(value) in pytree.SUPPORTED_NODES:
+            children, _ = pytree.SUPPORTED_NODES[pytree._get_node_type(value)].flatten_fn(value)
+            return [mirror(v, param, None) for v in children]
         return None
 
     # Leaf.steps hold Step objects; compare on (kind, key) pairs
     leaf_of = {(p, tuple((s.kind, s.key) for s in steps)): leaf for (p, steps), leaf in leaf_of.items()}
-    names = list(sig.parameters)[1:] if skip_first else list(sig.parameters)
+    tensor_leaves = [leaf for leaf in bound.leaves if leaf.is_tensor]
+    leaf_by_id = {id(t): leaf for t, leaf in zip(bound.traced_leaves(*args, **kwargs), tensor_leaves)}
+    names = [n for n in sig.parameters if n in bound_args.arguments][1 if skip_first else 0 :]
     shapes = {}
     for name in names:
-        value = bound_args.arguments.get(name)
+        value = bound_args.arguments[name]
         p = sig.parameters[name]
         if p.kind is p.VAR_KEYWORD:
             shapes[name] = {k: mirror(v, name, (("key", k),)) for k, v in (value or {}).items()}
@@ -327,6 +366,10 @@ def dynamic_shapes(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str, Any]
     return shapes
 
 
+def _step(steps: Optional[tuple], kind: str, key: Any) -> Optional[tuple]:
+    return None if steps is None else steps + ((kind, key),)
+
+
 # --- torch 2.14's native ShapesSpec -------------------------------------------------
 
 
@@ -335,8 +378,13 @@ def to_native(bound_or_spec: Any) -> Any:
 
     torch's spec is unbacked-only and binds by parameter name, so kinds and the
     ``unspecified`` policy do not carry over; ranges, expressions and
-    assumptions do.
+    assumptions do; a variable with choices is a ``SpecError`` (the native
+    spec has no allowed-value sets).
     """
+    spec = bound_or_spec.spec if isinstance(bound_or_spec, BoundSpec) else bound_or_spec
+    with_choices = [v.name for v in spec.vars if v.choices is not None]
+    if with_choices:
+        raise SpecError(f"to_native: torch's ShapesSpec has no allowed-value sets, and {with_choices[0]} has choices")
     if not _compat.NATIVE_SHAPES_SPEC or not _compat.NATIVE_DYNAMIC_SPEC_DECORATOR:
         raise FeatureUnavailable(
             "to_native: this torch has no native ShapesSpec with dynamic_spec support "
@@ -345,7 +393,6 @@ def to_native(bound_or_spec: Any) -> Any:
         )
     from torch.fx.experimental import dynamic_spec as native
 
-    spec = bound_or_spec.spec if isinstance(bound_or_spec, BoundSpec) else bound_or_spec
     tensor_vars = {v for leaf in spec.leaves if isinstance(leaf.spec, TensorSpec) for d in leaf.spec.dims for v in _vars_of(d)}
     natives: Dict[Var, Any] = {}
     for v in spec.vars:

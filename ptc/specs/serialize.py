@@ -3,7 +3,9 @@
 Format (version 1)::
 
     {"ptc_spec": 1,
-     "vars": [{"id": 0, "name": "B", "min": 1, "max": 64, "kind": "backed", "hint": null}, ...],
+     "vars": [{"id": 0, "name": "B", "min": 1, "max": 64, "kind": "backed", "hint": null},
+              {"id": 2, "name": "H", "min": 64, "max": 256, "kind": "backed", "hint": null,
+               "choices": [64, 128, 256], "specialize": false}, ...],
      "params": {"x": {"tensor": [{"var": 0}, {"expr": "2*v0"}, 64, "STATIC"]},
                 "n": {"scalar": {"var": 1}},
                 "cfg": {"dict": {"w": {...}}}, "xs": {"list": [...]}, "t": {"tuple": [...]}},
@@ -62,14 +64,19 @@ def to_json(spec: Spec) -> Dict[str, Any]:
 
     return {
         "ptc_spec": VERSION,
-        "vars": [
-            {"id": i, "name": v.name, "min": v.min, "max": v.max, "kind": v.shape_kind, "hint": v.hint}
-            for v, i in ids.items()
-        ],
+        "vars": [_var_json(v, i) for v, i in ids.items()],
         "params": {k: node(v) for k, v in spec.params.items()},
         "assumptions": [expr(a) for a in spec.assumptions],
         "unspecified": spec.unspecified,
     }
+
+
+def _var_json(v: Var, i: int) -> Dict[str, Any]:
+    entry = {"id": i, "name": v.name, "min": v.min, "max": v.max, "kind": v.shape_kind, "hint": v.hint}
+    if v.choices is not None:
+        entry["choices"] = list(v.choices)
+        entry["specialize"] = v.specialize
+    return entry
 
 
 def from_json(data: Mapping[str, Any]) -> Spec:
@@ -79,7 +86,13 @@ def from_json(data: Mapping[str, Any]) -> Spec:
     vars_by_id: Dict[int, Var] = {}
     for entry in data["vars"]:
         vars_by_id[entry["id"]] = Var(
-            entry["name"], min=entry["min"], max=entry["max"], kind=entry["kind"], hint=entry.get("hint")
+            entry["name"],
+            min=entry["min"],
+            max=entry["max"],
+            kind=entry["kind"],
+            hint=entry.get("hint"),
+            choices=entry.get("choices"),
+            specialize=entry.get("specialize", False),
         )
     symbols = {f"v{i}": v for i, v in vars_by_id.items()}
 

@@ -35,12 +35,18 @@ def _bound(obj: Any) -> BoundSpec:
 
 
 def bindings(obj: Any, *, max_size: int = 16) -> st.SearchStrategy:
-    """Values for every variable that satisfy ranges, relations and assumptions."""
+    """Values for every variable that satisfy ranges, choices, relations and assumptions.
+
+    A variable with choices draws one of them (``max_size`` does not cap it).
+    """
     bound = _bound(obj)
     divisors = lowering_divisors(bound)
     roots = list(bound.sources)  # every variable, each bound somewhere
 
     def one(v: Var) -> st.SearchStrategy:
+        if v.choices is not None:  # every choice, whatever max_size says
+            allowed = [c for c in v.choices if c % divisors.get(v, 1) == 0]
+            return st.sampled_from(allowed) if allowed else st.nothing()
         hi = v.max if v.max is not None else max(v.min, max_size)
         hi = max(v.min, min(hi, max(max_size, v.min)))
         k = divisors.get(v, 1)
@@ -122,7 +128,12 @@ def valid_calls(obj: Any, *, max_size: int = 16) -> st.SearchStrategy:
 
 
 def invalid_calls(obj: Any, *, max_size: int = 16) -> st.SearchStrategy:
-    """Calls that break the spec in exactly one tensor dim or int argument."""
+    """Calls that break the spec in exactly one tensor dim or int argument.
+
+    A valid call with one value moved by a small step (-2, -1, 1, 3 or 7) and
+    kept only if the spec rejects it: a variable with choices gets a value
+    outside them.
+    """
     bound = _bound(obj)
 
     def corrupt(draw_args):

@@ -1,0 +1,230 @@
+"""A model's own shape constraints, reported in its spec's terms (SpecConstraintError, explain)."""
+
+import inspect
+
+import pytest
+import sympy
+import torch
+
+import ptc
+from ptc import _compat
+from ptc.specs import Var, diagnose, dynamic_spec, explain, export, tensor
+
+B = Var("B", min=2, max=64)
+A = Var("A", min=2, max=64)
+T = Var("T", min=16, max=512)
+H = Var("H", min=2, max=16)
+
+
+@dynamic_spec(x=tensor(B, T, H))
+def heads(x):
+    b, t, h = x.shape
+    return x.view(b, t // 8, 8, h)  # needs T % 8 == 0
+
+
+@dynamic_spec(x=tensor(B, T))
+def branch(x):
+    if x.shape[1] == 16:  # fixes T to the example's 16
+        return x + 1
+    return x - 1
+
+
+@dynamic_spec(x=tensor(B, T))
+def fixed_reshape(x):
+    return x.reshape(x.shape[0], 4, 4)  # only T == 16 fits
+
+
+@dynamic_spec(x=tensor(B, T), y=tensor(A, T))
+def add(x, y):
+    return x + y  # needs A == B
+
+
+@dynamic_spec(x=tensor(B, T))
+def long_only(x):
+    if x.shape[1] > 100:  # the example takes this side: T >= 101
+        return x + 1
+    return x - 1
+
+
+Q = Var("Q", min=2, max=64)
+
+
+@dynamic_spec(x=tensor(B, Q), y=tensor(B, T))
+def shorter(x, y):
+    if x.shape[1] <= y.shape[1]:  # the example takes this side: Q <= T
+        return y[:, : x.shape[1]] + x
+    return y
+
+
+C = Var("C", choices=(64, 128, 256))
+
+
+@dynamic_spec(x=tensor(B, C))
+def square(x):
+    return x.reshape(x.shape[0], 8, 8)  # only C == 64 fits
+
+
+@dynamic_spec({"x": tensor(B, T, H)}, assumptions=[B <= T])
+def heads_related(x):
+    b, t, h = x.shape
+    return x.view(b, t // 8, 8, h)
+
+
+@dynamic_spec({"x": tensor(B, T, H)}, assumptions=[sympy.Eq(T % 8, 0)])
+def heads_stated(x):
+    b, t, h = x.shape
+    return x.view(b, t // 8, 8, h)
+
+
+def where(fn, marker):
+    """``test_diagnose.py:<line> (<code>)`` for the line of ``fn`` that holds ``marker``."""
+    lines, start = inspect.getsourcelines(fn)
+    (i,) = [i for i, line in enumerate(lines) if marker in line]
+    return f"test_diagnose.py:{start + i} ({lines[i].strip()})"
+
+
+CASES = {
+    "divisibility": (
+        heads,
+        (torch.ones(2, 32, 4),),
+        ("T",),
+        "T must be a multiple of 8",
+        where(heads, "x.view"),
+        "assumptions=[Eq(T % 8, 0)]",
+    ),
+    "branch": (
+        branch,
+        (torch.ones(2, 16),),
+        ("T",),
+        "T must equal 16 (the model specialises it)",
+        where(branch, "== 16"),
+        "make T the fixed size 16 (or STATIC) in the spec",
+    ),
+    "reshape": (
+        fixed_reshape,
+        (torch.ones(2, 16),),
+        ("T",),
+        "T must equal 16 (the model specialises it)",
+        where(fixed_reshape, "x.reshape("),
+        "make T the fixed size 16 (or STATIC) in the spec",
+    ),
+    "equal vars": (
+        add,
+        (torch.ones(3, 16), torch.ones(3, 16)),
+        ("B", "A"),
+        "A must equal B (the model requires it)",
+        where(add, "x + y"),
+        "y.shape[0]: use B instead of A",
+    ),
+    "specialised choice": (
+        square,
+        (torch.ones(2, 64),),
+        ("C",),
+        "C must equal 64 (the model specialises it)",
+        where(square, "x.reshape("),
+        "make C the fixed size 64 (or STATIC) in the spec",
+    ),
+    "lower bound": (
+        long_only,
+        (torch.ones(2, 200),),
+        ("T",),
+        "T must be at least 101",
+        where(long_only, "> 100"),
+        "Var('T', min=101, max=512)",
+    ),
+}
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_export_names_the_constraint_its_source_line_and_the_fix(case, strict):
+    fn, args, names, rule, line, fix = CASES[case]
+    with pytest.raises(ptc.SpecConstraintError) as info:
+        export(fn, args, strict=strict)
+    error = info.value
+    assert isinstance(error, ptc.SpecError) and isinstance(error, ValueError)
+    assert diagnose.violation(error.__cause__) is not None  # torch's error, chained
+    assert [(c.vars, c.rule, c.fix) for c in error.constraints] == [(names, rule, fix)]
+    assert error.constraints[0].where.endswith(line)
+    assert str(error).startswith(f"ptc.specs.export({fn.__qualname__}): the model's code constrains")
+    assert f"  - {rule}, imposed at " in str(error) and f"{line}; fix: {fix}" in str(error)
+
+
+def test_a_spec_that_states_the_constraint_exports_and_explains_nothing():
+    example = torch.ones(2, 32, 4)
+    assert explain(heads_stated, example) == []
+    program = export(heads_stated, (example,)).module()
+    assert program(torch.ones(3, 48, 2)).shape == (3, 6, 8, 2)
+
+
+def test_explain_lists_the_constraints_without_raising():
+    (found,) = explain(heads, torch.ones(2, 32, 4))
+    assert (found.vars, found.rule, found.fix) == (("T",), "T must be a multiple of 8", "assumptions=[Eq(T % 8, 0)]")
+    assert str(found) == f"T must be a multiple of 8, imposed at {found.where}; fix: assumptions=[Eq(T % 8, 0)]"
+    assert found.where.endswith(where(heads, "x.view"))
+    with pytest.raises(ptc.SpecViolation):  # the example is checked first
+        explain(heads, torch.ones(2, 32))
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+def test_explain_names_a_relation_export_accepts_as_a_guard(strict):
+    example = (torch.ones(2, 4), torch.ones(2, 32))
+    program = export(shorter, example, strict=strict).module()  # torch accepts it, with a guard:
+    with pytest.raises(Exception, match=r"<= y.size\(\)\[1\]"):
+        program(torch.ones(2, 40), torch.ones(2, 32))
+    (found,) = explain(shorter, *example)
+    assert (found.vars, found.rule, found.fix) == (("T", "Q"), "Q < T must hold", "assumptions=[Q < T]")
+    assert found.where.endswith(where(shorter, "<= y.shape[1]"))
+
+
+def test_explain_names_a_constraint_export_turns_into_a_runtime_assertion():
+    example = torch.ones(2, 32, 4)
+    program = export(heads_related, (example,)).module()  # B <= T: runtime assertions, the model's too
+    with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+        program(torch.ones(2, 36, 4))
+    (found,) = explain(heads_related, example)
+    assert (found.rule, found.fix) == ("T must be a multiple of 8", "assumptions=[Eq(T % 8, 0)]")
+    assert found.where.endswith(where(heads_related, "x.view"))
+
+
+def test_compiled_call_raises_the_constraint_in_spec_terms():
+    torch._dynamo.reset()
+    x = torch.ones(2, 16)
+    with pytest.raises(ptc.SpecConstraintError) as info:
+        torch.compile(branch, backend="eager")(x)
+    assert diagnose.violation(info.value.__cause__) is info.value.__cause__  # torch's, chained
+    (found,) = info.value.constraints
+    assert (found.rule, found.fix) == CASES["branch"][3::2]
+    assert found.where.endswith(where(branch, "== 16"))
+    assert str(info.value).startswith("torch.compile(branch): the model's code constrains")
+    assert not [k for k in vars(x) if k.startswith("_dynamo")]  # marks undone
+
+
+def test_compiled_module_raises_the_constraint_in_spec_terms():
+    @dynamic_spec(x=tensor(B, T))
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[1] == 16:
+                return x + 1
+            return x - 1
+
+    torch._dynamo.reset()
+    with pytest.raises(ptc.SpecConstraintError, match=r"torch.compile\(.*Branch\): .*\n  - T must equal 16") as info:
+        torch.compile(Branch(), backend="eager")(torch.ones(2, 16))
+    assert info.value.constraints[0].where.endswith(where(Branch.forward, "== 16"))
+
+
+def test_torch_error_stands_where_ptc_finds_nothing_to_name(monkeypatch):
+    monkeypatch.setattr(diagnose, "constraints", lambda *a, **k: [])
+    with pytest.raises(Exception) as info:
+        export(branch, (torch.ones(2, 16),))
+    assert not isinstance(info.value, ptc.PtcError)
+    assert diagnose.violation(info.value) is not None
+
+
+def test_without_guard_stacks_the_constraint_is_named_without_a_line(monkeypatch):
+    name = "SHAPE_GUARD_STACKS"
+    monkeypatch.setitem(_compat._PROBES, name, _compat.Probe(name, "", lambda: False))
+    (found,) = explain(heads, torch.ones(2, 32, 4))
+    assert (found.rule, found.where) == ("T must be a multiple of 8", None)
+    assert str(found) == "T must be a multiple of 8; fix: assumptions=[Eq(T % 8, 0)]"
