@@ -8,8 +8,10 @@ a :class:`~ptc.errors.PeerFailure`, move to the next generation and go on;
 the launcher restarts worker 2, which rejoins at a step boundary and takes
 the group's state.  The demo prints the membership events as they happen
 (times relative to the kill), a summary (detection, resume, steps lost,
-rejoin, final parameters against a single-process replay) and writes a
-timeline plot (matplotlib, Agg).
+rejoin, final parameters against a single-process replay). ``python -m
+ptc.demos.ft --out DIR`` also draws a timeline plot (matplotlib, Agg) and keeps
+it, the logs and the states in ``DIR``; ``ptc demo ft`` works in a temporary
+directory that it removes.
 
 The same module holds what ``benchmarks/ft.py`` reuses: the worker loop
 (``python -m ptc.demos.ft --worker ...``), :func:`analyze` (the
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -423,15 +426,34 @@ def run(out: Optional[os.PathLike] = None, *, world: int = 4, engine: str = "aut
         kill_at: int = 60, steps: int = 150, tail: int = 40, max_steps: int = 1500, every: int = 50,
         heartbeat_timeout: float = 3.0, timeout: float = 120.0,
         write: Callable[[str], None] = print) -> Dict[str, Any]:  # fmt: skip
-    """Run the demo; print as it goes; return the summary (see :func:`analyze`)
-    with ``png`` (the plot) and ``out`` (the directory with logs and states)."""
+    """Run the demo; print as it goes; return the summary (see :func:`analyze`).
+
+    With ``out``, the logs, the workers' states, the timeline (``timeline.jsonl``)
+    and its plot (``ft_timeline.png``, the summary's ``png``) stay in that
+    directory. Without it they go to a temporary directory, removed before
+    returning, and no plot is drawn (``png`` is None)."""
+    if out is not None:
+        return _run(Path(out), True, world=world, engine=engine, sleep=sleep, kill_at=kill_at, steps=steps,
+                    tail=tail, max_steps=max_steps, every=every, heartbeat_timeout=heartbeat_timeout,
+                    timeout=timeout, write=write)  # fmt: skip
+    tmp = Path(tempfile.mkdtemp(prefix="ptc-ft-demo-"))
+    try:
+        return _run(tmp, False, world=world, engine=engine, sleep=sleep, kill_at=kill_at, steps=steps, tail=tail,
+                    max_steps=max_steps, every=every, heartbeat_timeout=heartbeat_timeout, timeout=timeout,
+                    write=write)  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(out: Path, keep: bool, *, world: int, engine: str, sleep: float, kill_at: int, steps: int, tail: int,
+         max_steps: int, every: int, heartbeat_timeout: float, timeout: float,
+         write: Callable[[str], None]) -> Dict[str, Any]:  # fmt: skip
     import torch
 
     from ptc import _compat
     from ptc.distributed.ft import faults as F
     from ptc.distributed.ft.launch import LocalJob
 
-    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="ptc-ft-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     states_dir = out / "states"
     for old in states_dir.glob("worker*.pt"):
@@ -442,6 +464,8 @@ def run(out: Optional[os.PathLike] = None, *, world: int = 4, engine: str = "aut
           f"~{sleep * 1000:.0f} ms of compute per step;")
     write(f"worker {victim} SIGKILLs itself inside its collective #{kill_at}; the launcher restarts it at once and it "
           f"rejoins at a step boundary.")  # fmt: skip
+    write(f"starting the {world} worker processes; training begins once each has imported torch and joined "
+          "the coordinator ...")  # fmt: skip
     printer = _Printer(every, write)
     command = worker_command(str(states_dir), "--steps", str(steps), "--max-steps", str(max_steps), "--until-size",
                              str(world), "--tail", str(tail), "--sleep", str(sleep), "--engine", engine)  # fmt: skip
@@ -457,16 +481,19 @@ def run(out: Optional[os.PathLike] = None, *, world: int = 4, engine: str = "aut
     summary = analyze(result.events, states)
     summary["timed_out"] = result.timed_out
     summary["elapsed_s"] = round(result.elapsed, 2)
-    summary["out"] = str(out)
-    png = plot_timeline(result.events, out / "ft_timeline.png",
-                        title=f"ptc fault tolerance: {world} workers, worker {victim} SIGKILLed in an allreduce, "
-                              f"restarted (torch {torch.__version__}, {engine_name})")  # fmt: skip
-    summary["png"] = str(png)
+    summary["out"] = str(out) if keep else None
+    summary["png"] = None
+    if keep:
+        png = plot_timeline(result.events, out / "ft_timeline.png",
+                            title=f"ptc fault tolerance: {world} workers, worker {victim} SIGKILLed in an allreduce, "
+                                  f"restarted (torch {torch.__version__}, {engine_name})")  # fmt: skip
+        summary["png"] = str(png)
     write("")
     for line in format_summary(summary, world):
         write(line)
     if result.timed_out or not summary.get("params_equal"):
-        write(f"\nsomething went wrong; worker logs: {out / 'logs'}")
+        where = f"worker logs: {out / 'logs'}" if keep else "python -m ptc.demos.ft --out DIR keeps the worker logs"
+        write(f"\nsomething went wrong; {where}")
         write(result.describe()[-4000:])
     return summary
 
@@ -499,7 +526,10 @@ def format_summary(s: Dict[str, Any], world: int) -> List[str]:
     lines.append(f"  single-process replay of the {s.get('steps', 0)} committed steps: "
                  f"{'equal' if s.get('replay_equal') else 'DIFFERENT'} (max |diff| "
                  f"{'n/a' if diff is None else f'{diff:.1e}'}; gloo sums in another order than the replay)")  # fmt: skip
-    lines.append(f"  timeline plot: {s.get('png')}")
+    if s.get("png"):
+        lines.append(f"  timeline plot: {s['png']}")
+    else:
+        lines.append("  timeline plot, logs and states: python -m ptc.demos.ft --out DIR keeps them in DIR")
     return lines
 
 

@@ -11,11 +11,17 @@ duplicated or half applied.  Used by the tests, ``ptc demo ft`` and
 ``benchmarks/ft.py``; ``python -m ptc.distributed.ft_example`` runs it too.
 ``--faults PATH`` (what :class:`~ptc.distributed.ft.launch.LocalJob` passes
 with ``faults=``) reads a fault plan and hands it to the group.
+``--until-size N``: after ``--steps``, keep training until the group has
+``N`` members again, so a restarted worker finds the job still running.
+
+A worker that comes (back) after its job finished prints one line on stderr
+and exits with :data:`ptc.errors.EXIT_JOB_FINISHED` (0: the job completed).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -65,6 +71,16 @@ def replay(history: Sequence[Tuple[int, int, Sequence[int]]], lr: float = LR) ->
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from ptc.errors import JobFinished
+
+    try:
+        return _train(argv)
+    except JobFinished as exc:
+        print(f"ptc ft_example: {exc}; nothing left to do", file=sys.stderr)
+        return exc.exit_code
+
+
+def _train(argv: Optional[List[str]] = None) -> int:
     from ptc.distributed.ft import faults as ft_faults
     from ptc.distributed.ft import train as ft_train
     from ptc.distributed.ft import transports

@@ -8,6 +8,8 @@ the test process, workers are processes stopped only by their own PID.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -15,7 +17,11 @@ from typing import Dict, List, Sequence
 import torch
 
 from ptc.demos import ft_example
+from ptc.distributed.ft import auth as ft_auth
+from ptc.distributed.ft import wire as ft_wire
 from ptc.distributed.ft.launch import JobResult, LocalJob, python_module
+
+SECRET = b"s3cret-of-this-test-job-0123456789"  # the job secret of the tests' own coordinators
 
 
 @dataclass
@@ -81,3 +87,85 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+# --- hand-driven connections to a coordinator (hostile or protocol-level fake workers) ---
+
+
+class Peer:
+    """One raw connection to a coordinator: reads the challenge, then sends whatever it is told."""
+
+    def __init__(self, coordinator, *, read_challenge: bool = True):
+        self.sock = socket.create_connection(("127.0.0.1", coordinator.port), timeout=5)
+        self.reader = ft_wire.LineReader(ft_wire.MAX_NEWS_LINE)
+        self.challenge = ft_wire.recv_one(self.sock, self.reader, 5) if read_challenge else None
+
+    def hello(self, worker, *, secret=SECRET, job="default", world=None, nonce=None, **extra):
+        proof = None if secret is None else ft_auth.hello_proof(secret, nonce or self.challenge["nonce"], job, worker)
+        self.send({"t": "hello", "worker": worker, "pid": 0, "world": world, "job": job, "nonce": ft_auth.new_nonce(),
+                   "proof": proof, **extra})  # fmt: skip
+        return self
+
+    def send(self, message):
+        self.raw(ft_wire.encode(message))
+
+    def raw(self, data: bytes):
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            pass  # the coordinator may close before it took everything
+
+    def expect(self, kind, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = ft_wire.recv_one(self.sock, self.reader, max(0.01, deadline - time.monotonic()))
+            if message is None:
+                break
+            if message["t"] == kind:
+                return message
+        raise AssertionError(f"no {kind!r} message within {timeout} s")
+
+    def closed_by_coordinator(self, timeout=5.0) -> bool:
+        """True once the coordinator closed this connection (messages before the end are skipped)."""
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if not self.sock.recv(65536):
+                    return True
+        except ConnectionResetError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def close(self):
+        self.sock.close()
+
+
+def hostile_cases():
+    """name -> what a hostile connection sends after reading the challenge ``nonce``."""
+    nonce0 = "0" * 64
+
+    def hello(**fields):
+        return lambda nonce: ft_wire.encode({"t": "hello", "worker": 5, "job": "default", "nonce": nonce0, **fields})
+
+    def line(data):
+        return lambda nonce: data
+
+    return {
+        "int": line(b"1\n"), "array": line(b"[]\n"), "null": line(b"null\n"), "string": line(b'"x"\n'),
+        "empty object": line(b"{}\n"), "blank line": line(b"\n"), "not utf-8": line(b"\xff\xfe\n"),
+        "ready gen str": line(b'{"t":"ready","gen":"x","handle":""}\n'), "fail gen null": line(b'{"t":"fail","gen":null}\n'),
+        "event data array": line(b'{"t":"event","name":"x","data":[1]}\n'),
+        "event data worker": line(b'{"t":"event","name":"x","data":{"worker":1}}\n'),
+        "hello world str": hello(world="abc"), "hello worker float": hello(worker=1.5),
+        "hello huge worker": hello(worker=10**30), "heartbeat before hello": line(b'{"t":"hb"}\n'),
+        "grow before hello": line(b'{"t":"grow","gen":1}\n'), "leave before hello": line(b'{"t":"leave"}\n'),
+        "huge int": line(b'{"t":"ready","gen":' + b"9" * 50000 + b',"handle":""}\n'),
+        "deep nesting": line(b"[" * 60000 + b"\n"), "nan": line(b'{"t":"ready","gen":NaN,"handle":""}\n'),
+        "unknown kind": line(b'{"t":"shutdown"}\n'), "two objects": line(b'{"t":"hb"}{"t":"hb"}\n'),
+        "flood without newline": line(b"x" * (ft_wire.MAX_LINE + 1000)),
+        "long line": line(b'{"t":"hb","pad":"' + b"x" * ft_wire.MAX_LINE + b'"}\n'),
+        "many partial lines then junk": line(b'{"t":"he' + b"llo" * 1000 + b"\n"),
+    }

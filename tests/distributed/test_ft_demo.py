@@ -31,3 +31,23 @@ def test_ft_demo_runs_and_plots(tmp_path):
     assert 600 <= width <= 3000 and 300 <= height <= 3000, (width, height)
     assert 20_000 < len(data) < 2_000_000
     assert "timeline plot: " + str(png) in text
+
+
+def test_ft_demo_says_what_it_waits_for_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    """`ptc demo ft` (no --out): one line says what the silent start waits for; its
+    temporary directory is gone afterwards."""
+    import tempfile
+
+    from ptc.demos import ft as ft_demo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    lines = []
+    summary = ft_demo.run(write=lines.append)
+    text = "\n".join(lines)
+    assert not summary["timed_out"] and summary["params_equal"], text
+    waiting = next(i for i, ln in enumerate(lines) if ln.startswith("starting the 4 worker processes"))
+    assert "once each has imported torch and joined the coordinator" in lines[waiting]
+    started = next(i for i, ln in enumerate(lines) if "workers connected: training starts" in ln)
+    assert waiting < started, text
+    assert summary["png"] is None and "python -m ptc.demos.ft --out DIR keeps them in DIR" in text
+    assert list(tmp_path.iterdir()) == []

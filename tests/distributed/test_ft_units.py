@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptc import _compat
+from ptc.distributed.ft import auth as ft_auth
 from ptc.distributed.ft import faults as F
 from ptc.distributed.ft import wire as ft_wire
 from ptc.distributed.ft.coordinator import Coordinator
@@ -28,12 +29,18 @@ from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 
 class Client:
-    """A hand-driven worker connection: what the coordinator sees of a worker."""
+    """A hand-driven worker connection: what the coordinator sees of a worker.  It answers the
+    challenge with a proof of ``secret`` (default: the coordinator's own; False: no proof)."""
 
-    def __init__(self, coordinator: Coordinator, worker: int, world=None):
+    def __init__(self, coordinator: Coordinator, worker: int, world=None, *, job="default", secret=None):
         self.sock = socket.create_connection(("127.0.0.1", coordinator.port), timeout=5)
-        self.reader = ft_wire.LineReader()
-        ft_wire.send(self.sock, {"t": "hello", "worker": worker, "pid": 0, "world": world})
+        self.reader = ft_wire.LineReader(ft_wire.MAX_NEWS_LINE)
+        self.challenge = ft_wire.recv_one(self.sock, self.reader, timeout=5)
+        assert self.challenge is not None and self.challenge["t"] == "challenge", self.challenge
+        secret = coordinator.secret if secret is None else secret
+        proof = ft_auth.hello_proof(secret, self.challenge["nonce"], job, worker) if secret else None
+        ft_wire.send(self.sock, {"t": "hello", "worker": worker, "pid": 0, "world": world, "job": job,
+                                 "nonce": ft_auth.new_nonce(), "proof": proof})  # fmt: skip
 
     def send(self, **message):
         ft_wire.send(self.sock, message)
@@ -170,11 +177,17 @@ def test_min_workers_holds_the_generation_until_someone_joins():
 
 def test_coordinator_arguments_are_checked():
     with pytest.raises(PtcValueError, match="heartbeat_timeout"):
-        Coordinator(heartbeat_timeout=0)
+        Coordinator(world_size=1, heartbeat_timeout=0)
     with pytest.raises(PtcValueError, match="world_size"):
         Coordinator(world_size=0)
     with pytest.raises(PtcValueError, match="min_workers"):
-        Coordinator(min_workers=0)
+        Coordinator(world_size=1, min_workers=0)
+    with pytest.raises(PtcValueError, match="ready_timeout"):
+        Coordinator(world_size=1, ready_timeout=-1)
+    with pytest.raises(PtcValueError, match="hello_timeout"):
+        Coordinator(world_size=1, hello_timeout=0)
+    with pytest.raises(PtcValueError, match="job = ''"):
+        Coordinator(world_size=1, job="")
 
 
 # --- the group API ----------------------------------------------------------------
@@ -203,7 +216,8 @@ def _in_threads(items, fn):
 def _groups(coordinator, n, **options):
     """n FaultTolerantGroups of this process (one per thread while connecting)."""
     return _in_threads(range(n), lambda i: FaultTolerantGroup(coordinator.address, i, n, connect_timeout=10,
-                                                              join_timeout=30, **options))  # fmt: skip
+                                                              join_timeout=30, secret=coordinator.secret,
+                                                              **options))  # fmt: skip
 
 
 def _each(groups, fn):
@@ -260,7 +274,7 @@ def test_duplicate_worker_is_refused(coordinator):
     (a, b) = _groups(coordinator, 2)
     try:
         with pytest.raises(MembershipRefused, match="already taken") as info:
-            FaultTolerantGroup(coordinator.address, 1, 2, connect_timeout=5)
+            FaultTolerantGroup(coordinator.address, 1, 2, connect_timeout=5, secret=coordinator.secret)
         assert isinstance(info.value, ValueError)
     finally:
         a.close(), b.close()
@@ -399,7 +413,8 @@ def test_a_group_injects_only_the_plan_it_is_given(coordinator, monkeypatch, tmp
     with pytest.raises(PtcTypeError, match="faults: expected a list"):
         FaultTolerantGroup(coordinator.address, 0, 2, faults="kill")
     plain, planned = _in_threads(range(2), lambda i: FaultTolerantGroup(
-        coordinator.address, i, 2, connect_timeout=10, join_timeout=30, faults=plan if i else ()))
+        coordinator.address, i, 2, connect_timeout=10, join_timeout=30, secret=coordinator.secret,
+        faults=plan if i else ()))
     try:
         assert plain.faults is None
         assert planned.faults is not None and planned.faults.faults == plan
@@ -445,7 +460,7 @@ def test_a_worker_with_another_world_size_is_refused(coordinator):
     (a, b) = _groups(coordinator, 2)
     try:
         with pytest.raises(MembershipRefused, match="started with world_size = 2"):
-            FaultTolerantGroup(coordinator.address, 5, 3, connect_timeout=5)
+            FaultTolerantGroup(coordinator.address, 5, 3, connect_timeout=5, secret=coordinator.secret)
     finally:
         a.close(), b.close()
 

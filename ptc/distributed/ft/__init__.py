@@ -7,7 +7,10 @@ module           what
                  worker's abortable collectives, recover, rejoin, grow
 ``coordinator``  membership by generation, liveness, abort broadcast
                  (``python -m ptc.distributed.ft.coordinator``)
-``wire``         the messages between workers and their coordinator
+``wire``         the messages between workers and their coordinator, and
+                 their schema
+``auth``         the job secret: where it comes from, the proofs of the
+                 handshake
 ``gloo``         how a generation's gloo group is connected, ended and kept
 ``train``        :class:`Trainer`: the commit vote, state sync, DDP
 ``vote``         the vote that rides with a step's gradients

@@ -57,9 +57,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ptc import _compat
-from ptc.distributed.ft import gloo, wire
+from ptc.distributed.ft import auth, gloo, wire
 from ptc.distributed.ft.faults import Fault, Injector
-from ptc.errors import PeerFailure, PtcError, PtcTypeError, PtcValueError
+from ptc.errors import CoordinatorUnreachable, JobFinished, PeerFailure, PtcError, PtcTypeError, PtcValueError
 
 # How long a collective in flight may still complete after a newer generation that removed
 # nobody (a grow) was announced: its peers are alive, and some may have completed it already.
@@ -76,12 +76,15 @@ GROW_GRACE_S = 0.25
 FAST_WAIT = datetime.timedelta(milliseconds=20)
 
 
-class CoordinatorUnreachable(PtcError, ConnectionError):
-    """The coordinator (or the store that names it) could not be reached."""
+# How long to wait before connecting again when the coordinator closed a connection before its
+# challenge (it closes the oldest connections without a hello when too many are open).
+RECONNECT_PAUSE_S = 0.05
+
+PROTOCOL_NAME = "the ptc fault-tolerance protocol"  # what CoordinatorUnreachable says a server does not speak
 
 
 class MembershipRefused(PtcValueError):
-    """The coordinator refused this worker (duplicate id, wrong world size)."""
+    """The coordinator refused this worker (authentication, job id, duplicate id, wrong world size)."""
 
 
 class Fenced(PtcError, RuntimeError):
@@ -107,41 +110,29 @@ class Generation:
 
 
 class _Link:
-    """This worker's connection to the coordinator: heartbeats out,
-    membership news in, on a thread of its own."""
+    """This worker's connection to the coordinator: the handshake (challenge, hello, welcome:
+    see :mod:`ptc.distributed.ft.wire`), then heartbeats out and membership news in, on a
+    thread of its own.  Everything up to the welcome is bounded by ``connect_timeout``."""
 
-    def __init__(self, address: str, hello: Dict[str, Any], *, heartbeat_interval: float, connect_timeout: float,
-                 on_news: Callable[[], None]) -> None:  # fmt: skip
-        host, port = wire.parse_address(address)
+    def __init__(self, address: str, *, worker: int, world: Optional[int], job: str, secret: Optional[bytes],
+                 heartbeat_interval: float, connect_timeout: float, on_news: Callable[[], None]) -> None:  # fmt: skip
         self.address = address
-        deadline = time.monotonic() + connect_timeout
-        while True:
-            try:
-                self.sock = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
-                break
-            except OSError as exc:
-                if time.monotonic() >= deadline:
-                    raise CoordinatorUnreachable(
-                        f"coordinator = {address!r}: not reachable within connect_timeout = {connect_timeout:g} s ({exc})"
-                    ) from None
-                time.sleep(0.05)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = wire.LineReader()
-        wire.send(self.sock, hello)
-        reply = wire.recv_one(self.sock, self.reader, timeout=connect_timeout)
-        if reply is None:
+        self._deadline = time.monotonic() + connect_timeout
+        self._connect_timeout = connect_timeout
+        self.sock, self.reader, challenge = self._challenge()
+        try:
+            self.welcome = self._hello(challenge, worker, world, job, secret)
+        except BaseException:
             self.sock.close()
-            raise CoordinatorUnreachable(f"coordinator = {address!r}: no answer to hello within {connect_timeout:g} s")
-        if reply.get("t") == "refused":
-            self.sock.close()
-            raise MembershipRefused(str(reply.get("error")))
-        self.store_port = int(reply["store_port"])
+            raise
+        self.store_port = int(self.welcome["store_port"])
         self.cond = threading.Condition()
         self.announced: Optional[Generation] = None
         self.history: List[Generation] = []  # the latest announcements, oldest first
         self.go: Dict[int, List[str]] = {}
         self.join_pending = False
         self.fenced: Optional[str] = None
+        self.finished = False  # fenced because the job is over
         self.lost = False
         self._on_news = on_news
         self._interval = heartbeat_interval
@@ -149,6 +140,85 @@ class _Link:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="ptc-ft-link", daemon=True)
         self._thread.start()
+
+    def _unreachable(self, why: str) -> CoordinatorUnreachable:
+        return CoordinatorUnreachable(f"coordinator = {self.address!r}: {why}")
+
+    def _left(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    def _connect(self) -> socket.socket:
+        host, port = wire.parse_address(self.address)
+        while True:
+            try:
+                sock = socket.create_connection((host, port), timeout=max(0.1, self._left()))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return sock
+            except OSError as exc:
+                if self._left() <= 0:
+                    why = f"not reachable within connect_timeout = {self._connect_timeout:g} s ({exc})"
+                    raise self._unreachable(why) from None
+                time.sleep(RECONNECT_PAUSE_S)
+
+    def _challenge(self) -> Tuple[socket.socket, wire.LineReader, Dict[str, Any]]:
+        """Connect and read the coordinator's challenge (connecting again if it closes first)."""
+        while True:
+            sock = self._connect()
+            reader = wire.LineReader(wire.MAX_NEWS_LINE)
+            try:
+                line = wire.recv_line(sock, reader, self._left())
+            except wire.ProtocolError as exc:
+                sock.close()
+                raise self._unreachable(f"the server there does not speak {PROTOCOL_NAME} ({exc})") from None
+            if line is not None:
+                break
+            sock.close()
+            if self._left() <= 0:
+                raise self._unreachable(f"no challenge within connect_timeout = {self._connect_timeout:g} s: "
+                                        f"the server there does not speak {PROTOCOL_NAME}, or is stuck")  # fmt: skip
+            time.sleep(RECONNECT_PAUSE_S)  # closed before its challenge: connect again
+        try:
+            challenge = wire.decode(line, frozenset({"challenge"}))
+        except wire.ProtocolError as exc:
+            sock.close()
+            raise self._unreachable(f"the server there does not speak {PROTOCOL_NAME} "
+                                    f"(its first line: {line[:60]!r}: {exc})") from None  # fmt: skip
+        if challenge["proto"] != wire.PROTOCOL:
+            sock.close()
+            raise self._unreachable(f"it speaks {challenge['proto']!r}, this worker {wire.PROTOCOL!r} "
+                                    "(a coordinator of another ptc version)")  # fmt: skip
+        return sock, reader, challenge
+
+    def _hello(self, challenge: Dict[str, Any], worker: int, world: Optional[int], job: str,
+               secret: Optional[bytes]) -> Dict[str, Any]:  # fmt: skip
+        """Answer the challenge; the welcome, once it proved the coordinator knows the secret."""
+        if challenge["auth"] and secret is None:
+            raise MembershipRefused(f"coordinator = {self.address!r} admits only workers that know the job "
+                                    f"secret: give this worker ${auth.ENV_SECRET}, ${auth.ENV_SECRET_FILE} "
+                                    "or secret=")  # fmt: skip
+        if not challenge["auth"] and secret is not None:
+            raise self._unreachable("it runs without a job secret (insecure) but this worker has one: "
+                                    "it cannot prove it is this job's coordinator")  # fmt: skip
+        nonce = auth.new_nonce()
+        proof = None if secret is None else auth.hello_proof(secret, challenge["nonce"], job, worker)
+        wire.send(self.sock, {"t": "hello", "worker": worker, "pid": os.getpid(), "world": world, "job": job,
+                              "nonce": nonce, "proof": proof})  # fmt: skip
+        try:
+            reply = wire.recv_one(self.sock, self.reader, self._left(), frozenset({"welcome", "refused"}))
+        except wire.ProtocolError as exc:
+            raise self._unreachable(f"its answer to hello is not the ptc protocol ({exc})") from None
+        if reply is None:
+            raise self._unreachable(f"no answer to hello within connect_timeout = {self._connect_timeout:g} s")
+        if reply["t"] == "refused":
+            if reply.get("finished"):
+                raise JobFinished(f"worker {worker}: {reply['error']}")
+            raise MembershipRefused(reply["error"])
+        if secret is not None:
+            expected = auth.welcome_proof(secret, nonce, challenge["nonce"], job, worker)
+            if not auth.matches(expected, reply["proof"]):
+                raise self._unreachable("its welcome does not prove it knows the job secret "
+                                        "(another job's coordinator?)")  # fmt: skip
+        return reply
 
     def send(self, message: Dict[str, Any]) -> None:
         with self._send_lock:
@@ -158,8 +228,8 @@ class _Link:
     def _run(self) -> None:
         import select
 
-        for message in self.reader.feed(b""):  # what arrived together with the welcome
-            self._receive(message)
+        if not self._receive_buffered():  # what arrived together with the welcome
+            return
         next_beat = time.monotonic()
         while not self._closed:
             now = time.monotonic()
@@ -177,30 +247,54 @@ class _Link:
             except OSError:
                 data = b""
             if not data:
-                with self.cond:
-                    if not self._closed and self.fenced is None:
-                        self.lost = True
-                    self.cond.notify_all()
-                if not self._closed:
-                    self._on_news()
+                self._gone()
                 return
-            for message in self.reader.feed(data):
-                self._receive(message)
+            try:
+                self.reader.feed(data)
+            except wire.ProtocolError:
+                self._gone()
+                return
+            if not self._receive_buffered():
+                return
+
+    def _gone(self) -> None:
+        """The coordinator closed the connection, or sent what is not a message: it is lost
+        (unless it fenced this worker first, or this worker closed the link)."""
+        with self.cond:
+            if not self._closed and self.fenced is None:
+                self.lost = True
+            self.cond.notify_all()
+        if not self._closed:
+            self._on_news()
+
+    def _receive_buffered(self) -> bool:
+        """Take every complete line the reader holds; False once the coordinator counts as lost."""
+        while True:
+            line = self.reader.pop()
+            if line is None:
+                return True
+            try:
+                message = wire.decode(line, wire.TO_WORKER)
+            except wire.ProtocolError:
+                self._gone()
+                return False
+            self._receive(message)
 
     def _receive(self, message: Dict[str, Any]) -> None:
         kind = message.get("t")
         with self.cond:
             if kind == "gen":
-                self.announced = Generation(int(message["gen"]), tuple(message["members"]), tuple(message["failed"]),
-                                            tuple(message["joined"]), str(message.get("reason", "")))  # fmt: skip
+                self.announced = Generation(message["gen"], tuple(message["members"]), tuple(message["failed"]),
+                                            tuple(message["joined"]), message["reason"])  # fmt: skip
                 self.history = self.history[-15:] + [self.announced]
                 self.join_pending = False
             elif kind == "go":
-                self.go[int(message["gen"])] = list(message["handles"])
+                self.go[message["gen"]] = list(message["handles"])
             elif kind == "join_pending":
                 self.join_pending = True
             elif kind == "fenced":
-                self.fenced = str(message.get("reason", "fenced"))
+                self.fenced = message["reason"]
+                self.finished = bool(message.get("finished"))
             self.cond.notify_all()
         if kind in ("gen", "fenced"):
             self._on_news()
@@ -260,9 +354,18 @@ class FaultTolerantGroup:
 
     Build it with :func:`init_fault_tolerant`.  ``rank``/``size`` are those of
     the current generation, ``worker_id`` is stable for the process's life.
-    ``faults``: a fault plan (:class:`~ptc.distributed.ft.faults.Fault` records,
-    for tests, demos and benchmarks); this worker fires those that target it at
-    its fault points.  Without one (the default) nothing is ever injected.
+    ``job``: the job id the coordinator serves.  ``secret`` / ``secret_file``
+    (else ``$PTC_FT_SECRET`` / ``$PTC_FT_SECRET_FILE``): the job secret this
+    worker proves it knows (:mod:`ptc.distributed.ft.auth`); it never leaves
+    the process.  ``faults``: a fault plan
+    (:class:`~ptc.distributed.ft.faults.Fault` records, for tests, demos and
+    benchmarks); this worker fires those that target it at its fault points.
+    Without one (the default) nothing is ever injected.
+
+    Raises :class:`~ptc.errors.CoordinatorUnreachable` when no coordinator
+    answers at ``coordinator`` within ``connect_timeout`` (or what answers
+    does not speak the protocol), :class:`MembershipRefused` when it refuses
+    this worker, :class:`~ptc.errors.JobFinished` when the job is over.
     """
 
     def __init__(
@@ -279,10 +382,13 @@ class FaultTolerantGroup:
         engine: str = "auto",
         flight_recorder: Any = None,
         job: str = "default",
+        secret: Optional[auth.Secret] = None,
+        secret_file: Optional[str] = None,
         faults: Sequence[Fault] = (),
     ) -> None:
-        if isinstance(worker_id, bool) or not isinstance(worker_id, int) or worker_id < 0:
-            raise PtcValueError(f"worker_id = {worker_id!r}: expected an int >= 0 (a unique id per worker process)")
+        if isinstance(worker_id, bool) or not isinstance(worker_id, int) or not 0 <= worker_id <= wire.MAX_ID:
+            raise PtcValueError(f"worker_id = {worker_id!r}: expected an int in 0..{wire.MAX_ID} "
+                                "(a unique id per worker process)")  # fmt: skip
         if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
             raise PtcValueError(f"world_size = {world_size!r}: expected an int >= 1")
         for name, value in (("heartbeat_interval", heartbeat_interval), ("timeout", timeout),
@@ -292,6 +398,8 @@ class FaultTolerantGroup:
                 raise PtcValueError(f"{name} = {value!r}: expected seconds > 0")
         if engine not in ("auto", "native", "rebuild"):
             raise PtcValueError(f"engine = {engine!r}: expected 'auto', 'native' or 'rebuild'")
+        if not isinstance(job, str) or not 1 <= len(job) <= wire.MAX_NAME:
+            raise PtcValueError(f"job = {job!r}: expected a string of 1..{wire.MAX_NAME} characters")
         if isinstance(faults, (str, bytes)) or not isinstance(faults, Sequence) or not all(
             isinstance(f, Fault) for f in faults
         ):
@@ -307,6 +415,7 @@ class FaultTolerantGroup:
         self.worker_id = worker_id
         self.coordinator = coordinator
         self.job = job
+        self._secret = auth.resolve(secret, secret_file)
         self._world_size = world_size
         self._heartbeat_interval = float(heartbeat_interval)
         self._timeout = datetime.timedelta(seconds=timeout)
@@ -335,9 +444,9 @@ class FaultTolerantGroup:
     # --- membership ----------------------------------------------------------
 
     def _connect(self, world_size: Optional[int]) -> _Link:
-        hello = {"t": "hello", "worker": self.worker_id, "pid": os.getpid(), "world": world_size, "job": self.job}
-        return _Link(self.coordinator, hello, heartbeat_interval=self._heartbeat_interval,
-                     connect_timeout=self._connect_timeout, on_news=self._wake_waiters)  # fmt: skip
+        return _Link(self.coordinator, worker=self.worker_id, world=world_size, job=self.job, secret=self._secret,
+                     heartbeat_interval=self._heartbeat_interval, connect_timeout=self._connect_timeout,
+                     on_news=self._wake_waiters)  # fmt: skip
 
     def _make_store(self) -> Any:
         import torch.distributed as dist
@@ -407,7 +516,7 @@ class FaultTolerantGroup:
         (waits briefly for the coordinator's verdict when it is not in yet)."""
         gen = self._current()
         if self._link.fenced is not None:
-            return Fenced(f"worker {self.worker_id} was fenced: {self._link.fenced}; call rejoin()")  # type: ignore[return-value]
+            return self._fenced()  # type: ignore[return-value]
         if not self.stale() and not self._link.lost:
             self._link.send({"t": "fail", "gen": gen.number, "err": detail[:300]})
             with self._link.cond:
@@ -419,6 +528,12 @@ class FaultTolerantGroup:
         self._event("peer_failure", gen=gen.number, failed_ranks=list(failed), detail=detail[:200])
         return PeerFailure(failed, gen.number, detail)
 
+    def _fenced(self) -> PtcError:
+        """The error for a fenced link: :class:`JobFinished` when the job is over, else :class:`Fenced`."""
+        if self._link.finished:
+            return JobFinished(f"worker {self.worker_id}: {self._link.fenced}")
+        return Fenced(f"worker {self.worker_id} was fenced: {self._link.fenced}; call rejoin()")
+
     def recover(self, timeout: Optional[float] = None) -> Generation:
         """Move to the newest generation and connect it; returns it.
 
@@ -426,8 +541,9 @@ class FaultTolerantGroup:
         current one that includes this worker, every member is ready, and
         the new process group is connected (a member failing meanwhile just
         restarts this with the next generation).  Raises :class:`Fenced` if
-        this worker was removed, ``PtcError`` after ``timeout`` seconds
-        (default ``join_timeout``) without a generation.
+        this worker was removed (:class:`~ptc.errors.JobFinished` when the job
+        ended meanwhile), ``PtcError`` after ``timeout`` seconds (default
+        ``join_timeout``) without a generation.
         """
         deadline = time.monotonic() + (self._join_timeout if timeout is None else timeout)
         link = self._link
@@ -440,12 +556,14 @@ class FaultTolerantGroup:
                 )
                 news = link.announced
             if link.fenced is not None:
-                raise Fenced(f"worker {self.worker_id} was fenced: {link.fenced}; call rejoin()")
+                raise self._fenced()
             if link.lost:
                 raise PeerFailure((), known, f"the coordinator at {self.coordinator} is gone; the group cannot recover")
             if not ok or news is None:
                 raise PtcError(f"no new generation within {timeout if timeout is not None else self._join_timeout:g} s "
-                               f"(coordinator {self.coordinator}); too few workers alive?")  # fmt: skip
+                               f"(coordinator {self.coordinator} forms one with at least min_workers = "
+                               f"{link.welcome['min_workers']} of world_size = {link.welcome['world']}); "
+                               "too few workers alive?")  # fmt: skip
             if self.worker_id not in news.members:
                 raise Fenced(f"worker {self.worker_id} is not a member of generation {news.number}; call rejoin()")
             started = time.monotonic()
@@ -707,10 +825,26 @@ class FaultTolerantGroup:
     # --- events and shutdown -------------------------------------------------------
 
     def _event(self, name: str, **data: Any) -> None:
-        self._link.send({"t": "event", "name": name, "data": data})
+        message = {"t": "event", "name": name, "data": data}
+        try:
+            problem = wire.check(message, wire.TO_COORDINATOR)
+            if problem is None and len(wire.encode(message)) > wire.MAX_LINE:
+                problem = f"more than {wire.MAX_LINE} bytes as JSON"
+        except (TypeError, ValueError) as exc:  # not JSON: an object json cannot write, a NaN
+            problem = f"data is not JSON ({exc})"
+        if problem is not None:
+            # checked here, not only at the coordinator, which drops a worker that sends an invalid message
+            raise PtcValueError(f"event {name!r}: {problem}")
+        self._link.send(message)
 
     def event(self, name: str, **data: Any) -> None:
-        """Log a timeline event at the coordinator (one clock for all workers)."""
+        """Log a timeline event at the coordinator (one clock for all workers).
+
+        ``data`` is JSON (finite numbers), at most ``wire.MAX_EVENT_FIELDS``
+        fields nested ``wire.MAX_EVENT_DEPTH`` deep, without the reserved
+        fields ``time``, ``who``, ``event`` and ``worker``; ``name`` is not one
+        of the coordinator's own events.  Anything else raises PtcValueError.
+        """
         self._event(name, **data)
 
     def close(self) -> None:
@@ -738,6 +872,7 @@ def init_fault_tolerant(
     worker_id: Optional[int] = None,
     world_size: Optional[int] = None,
     store: Any = None,
+    min_workers: Optional[int] = None,
     **options: Any,
 ) -> FaultTolerantGroup:
     """Join (or start) a fault-tolerant job and connect its first generation.
@@ -747,20 +882,33 @@ def init_fault_tolerant(
     through (or started from) a bootstrap ``store`` -- the one given, or the
     ``torchrun`` store named by ``MASTER_ADDR``/``MASTER_PORT``.  In that
     case the first worker to arrive starts a detached coordinator process
-    (it outlives that worker and exits once the job is idle) and publishes
-    its address in the store.  ``worker_id`` and ``world_size`` default to
-    ``RANK`` and ``WORLD_SIZE`` from the environment (as torchrun sets them).
-    Other keyword arguments go to :class:`FaultTolerantGroup`.
+    (it outlives that worker and exits once the job is idle) with
+    ``min_workers`` (default 1) and publishes its address in the store;
+    without a configured secret (``secret=``, ``secret_file=``,
+    ``$PTC_FT_SECRET``, ``$PTC_FT_SECRET_FILE``) it generates the job's and
+    publishes it there too, where the other workers read it.
+    ``worker_id`` and ``world_size`` default to ``RANK`` and ``WORLD_SIZE``
+    from the environment (as torchrun sets them).  ``min_workers`` larger
+    than ``world_size`` is refused.  Other keyword arguments go to
+    :class:`FaultTolerantGroup`.
     """
     if worker_id is None:
         worker_id = _env_int("RANK", "worker_id")
     if world_size is None and "WORLD_SIZE" in os.environ:
         world_size = _env_int("WORLD_SIZE", "world_size")
+    if min_workers is not None:
+        if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
+            raise PtcValueError(f"min_workers = {min_workers!r}: expected an int >= 1")
+        if world_size is not None and min_workers > world_size:
+            raise PtcValueError(f"min_workers = {min_workers} > world_size = {world_size}: "
+                                "no generation could ever form")  # fmt: skip
     if coordinator is None:
         coordinator = os.environ.get("PTC_FT_COORDINATOR")
     if coordinator is None:
-        coordinator = _coordinator_from_store(store, worker_id, world_size, str(options.get("job", "default")),
-                                              float(options.get("connect_timeout", 30.0)))  # fmt: skip
+        secret = auth.resolve(options.pop("secret", None), options.pop("secret_file", None))
+        coordinator, options["secret"] = _coordinator_from_store(
+            store, worker_id, world_size, str(options.get("job", "default")),
+            float(options.get("connect_timeout", 30.0)), secret, min_workers or 1)  # fmt: skip
     return FaultTolerantGroup(coordinator, worker_id, world_size, **options)
 
 
@@ -774,7 +922,10 @@ def _env_int(name: str, argument: str) -> int:
         raise PtcValueError(f"{argument}: ${name} = {value!r} is not an int") from None
 
 
-def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int], job: str, timeout: float) -> str:
+def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int], job: str, timeout: float,
+                            secret: Optional[bytes], min_workers: int) -> Tuple[str, bytes]:  # fmt: skip
+    """The coordinator's address and the job secret, through the bootstrap store (the first
+    worker there starts the coordinator; see :func:`init_fault_tolerant`)."""
     import torch.distributed as dist
 
     if store is None:
@@ -788,15 +939,28 @@ def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int
             store = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout))
         except Exception as exc:  # noqa: BLE001 - report which store, whatever c10d raised
             raise CoordinatorUnreachable(f"store {host}:{port} (MASTER_ADDR/MASTER_PORT): {exc}") from None
+    if world_size is None:
+        raise PtcValueError("world_size: not given and $WORLD_SIZE is not set (the coordinator a worker starts "
+                            "through the store needs it)")  # fmt: skip
     from ptc.distributed.ft.coordinator import spawn_detached
 
-    key = f"ptc_ft/{job}/coordinator"
+    key, secret_key = f"ptc_ft/{job}/coordinator", f"ptc_ft/{job}/secret"
     claim = store.compare_set(f"ptc_ft/{job}/spawner", "", str(worker_id))
     if claim == str(worker_id).encode():
+        job_secret = secret if secret is not None else auth.new_secret().encode()
+        if secret is None:
+            store.set(secret_key, job_secret)  # before the address: whoever sees the address finds the secret
         host = os.environ.get("PTC_FT_COORDINATOR_HOST", "127.0.0.1")
-        spawn_detached(store, key, host=host, world_size=world_size)
+        spawn_detached(store, key, world_size=world_size, secret=job_secret, host=host, min_workers=min_workers,
+                       job=job)  # fmt: skip
     try:
         store.wait([key], datetime.timedelta(seconds=timeout))
     except Exception as exc:  # noqa: BLE001
         raise CoordinatorUnreachable(f"no coordinator address appeared in the store under {key!r}: {exc}") from None
-    return store.get(key).decode()
+    if secret is None:
+        if not store.check([secret_key]):
+            raise MembershipRefused(f"job {job!r}: its coordinator was started with a configured secret; give "
+                                    f"this worker the same (${auth.ENV_SECRET}, ${auth.ENV_SECRET_FILE} "
+                                    "or secret=)")  # fmt: skip
+        secret = bytes(store.get(secret_key))
+    return store.get(key).decode(), secret

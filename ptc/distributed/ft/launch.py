@@ -7,6 +7,10 @@ starts ``world_size`` workers, applies the launcher's side of the fault kit
 failed workers restarted as joiners) and stops every process it started, by
 PID, when the job ends or its time is up.  Every membership and worker event
 lands in one timeline (one clock: the coordinator's).
+
+Each job has a secret of its own (:mod:`ptc.distributed.ft.auth`): the
+launcher generates it, its coordinator admits only workers that prove they
+know it, and the workers it starts get it in ``$PTC_FT_SECRET``.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ptc.distributed.ft import auth
 from ptc.distributed.ft import faults as ft_faults
-from ptc.distributed.ft.coordinator import Coordinator
+from ptc.distributed.ft.coordinator import READY_TIMEOUT, Coordinator
 from ptc.distributed.processes import wait_then_kill
 from ptc.errors import PtcValueError
 
@@ -77,9 +82,16 @@ class LocalJob:
     ``init_fault_tolerant(faults=...)``.  ``joins``: ``(step, worker_id)``
     pairs: start that worker when some member reports committing ``step``.  ``restart_after``: restart
     a worker that died (not one that left) as a joiner after that many
-    seconds.  ``timeout``: the whole job's bound.  ``on_event``: called in
-    the launcher's thread with every timeline event as it arrives (live
-    progress; what it raises is not caught).
+    seconds; it is admitted only while the job runs (a worker that comes
+    after every member left is refused with
+    :class:`~ptc.errors.JobFinished`), so the members must still be
+    training when it is up: e.g. ft_example's ``--until-size``.
+    ``heartbeat_timeout`` and ``ready_timeout`` go to the coordinator.
+    ``timeout``: the whole job's bound.  ``on_event``: called in the
+    launcher's thread with every timeline event as it arrives (live
+    progress; what it raises is not caught).  While :meth:`run` runs,
+    ``coordinator`` is the job's :class:`Coordinator` (its ``address``) and
+    ``secret`` the job secret its workers get.
     """
 
     def __init__(
@@ -91,6 +103,7 @@ class LocalJob:
         joins: Sequence[Tuple[int, int]] = (),
         restart_after: Optional[float] = None,
         heartbeat_timeout: float = 2.0,
+        ready_timeout: float = READY_TIMEOUT,
         log_dir: Optional[os.PathLike] = None,
         env: Optional[Dict[str, str]] = None,
         on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
@@ -105,6 +118,9 @@ class LocalJob:
         self.joins = sorted(joins)
         self.restart_after = restart_after
         self.heartbeat_timeout = heartbeat_timeout
+        self.ready_timeout = ready_timeout
+        self.secret = auth.new_secret()
+        self.coordinator: Optional[Coordinator] = None
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="ptc-ft-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(env or {})
@@ -117,8 +133,9 @@ class LocalJob:
 
     def _spawn(self, coordinator: Coordinator, worker: int, kind: str) -> WorkerRun:
         env = {**os.environ, **self.env, "OMP_NUM_THREADS": "1", "PTC_FT_COORDINATOR": coordinator.address,
-               "RANK": str(worker)}  # fmt: skip
+               "RANK": str(worker), auth.ENV_SECRET: self.secret}  # fmt: skip
         env.pop("WORLD_SIZE", None)
+        env.pop(auth.ENV_SECRET_FILE, None)
         command = self.command(worker)
         if kind == "initial":
             env["WORLD_SIZE"] = str(self.world_size)
@@ -139,8 +156,9 @@ class LocalJob:
             self._faults_path = self.log_dir / "faults.json"
             ft_faults.save(self._faults_path, self.faults)
         coordinator = Coordinator(world_size=self.world_size, heartbeat_timeout=self.heartbeat_timeout,
+                                  ready_timeout=self.ready_timeout, secret=self.secret,
                                   on_event=self._events.put)  # fmt: skip
-        coordinator.start()
+        self.coordinator = coordinator.start()
         started = time.monotonic()
         timed_out = False
         timers: List[Tuple[float, str, Any]] = []  # (when, action, argument)
@@ -175,17 +193,26 @@ class LocalJob:
                 return
             if self.on_event is not None:
                 self.on_event(event)
-            name = event["event"]
-            if name == "fault_stop":
-                timers.append((time.monotonic() + float(event["cont_after"]), "cont", int(event["pid"])))
-            elif name == "commit":
-                while joins and int(event["step"]) >= joins[0][0]:
-                    _, worker = joins.pop(0)
-                    self._spawn(coordinator, worker, "joiner")
-            elif name == "worker_failed" and self.restart_after is not None:
-                worker = int(event["worker"])
-                if not any(r.worker == worker and r.proc.poll() is None and r.kind != "initial" for r in self.runs):
-                    timers.append((time.monotonic() + self.restart_after, "restart", worker))
+            try:
+                self._react(coordinator, event, joins, timers)
+            except (KeyError, TypeError, ValueError):  # a worker's event without the fields its name promises
+                pass
+
+    def _react(self, coordinator: Coordinator, event: Dict[str, Any], joins: List[Tuple[int, int]],
+               timers: List[Tuple[float, str, Any]]) -> None:  # fmt: skip
+        """The launcher's side of the fault kit, for one timeline event."""
+        name = event["event"]
+        if name == "fault_stop":
+            timers.append((time.monotonic() + float(event["cont_after"]), "cont", int(event["pid"])))
+        elif name == "commit":
+            while joins and int(event["step"]) >= joins[0][0]:
+                _, worker = joins.pop(0)
+                self._spawn(coordinator, worker, "joiner")
+        elif name == "worker_failed" and self.restart_after is not None:
+            worker = int(event["worker"])
+            ours = [r for r in self.runs if r.worker == worker]  # a worker this launcher started, not a stranger
+            if ours and not any(r.proc.poll() is None and r.kind != "initial" for r in ours):
+                timers.append((time.monotonic() + self.restart_after, "restart", worker))
 
     def _fire(self, coordinator: Coordinator, action: str, argument: Any) -> None:
         if action == "cont":
