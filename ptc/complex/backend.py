@@ -39,9 +39,8 @@ The AOTAutograd cache is bypassed for these compiles (its key does not cover
 the rewrite). Inductor's FX-graph cache serves them, keyed on the rewritten
 graphs, on ptc's decomposition table (by the digest of ptc.complex's sources,
 see :class:`_DecompTable`) and on the code overrides in place
-(:func:`ptc.complex.codegen.cache_key`). Measured on 2 cores, a new process
-with a warm cache: the benchmark's (f) first call 16-20 s -> 5-6 s, (a)
-3.7-5.2 s -> 0.4-0.5 s. Nothing changes for any other ``torch.compile`` call.
+(:func:`ptc.complex.codegen.cache_key`): a new process with a warm cache compiles
+in a fraction of the cold time (``benchmarks/RESULTS.md``). Nothing changes for any other ``torch.compile`` call.
 """
 
 from __future__ import annotations

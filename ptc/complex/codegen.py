@@ -13,9 +13,6 @@ reinterpretation, e.g. ``_mm512_castsi512_ps``), equivalent to::
 
     out = Vectorized<dst>::loadu(bytes_of(x))   # the same bits, another type
 
-Measured on a 2-core AVX-512 CPU, 1M complex64: ``z.real.sum()`` 0.92 ms ->
-0.54 ms, ``z.real + z.imag`` 1.56 ms -> 0.74 ms.
-
 Only vectors of one register each, of the same element width, are rewritten;
 everything else keeps Inductor's own code.
 
@@ -25,10 +22,7 @@ the full width. For float and double, and for every type on AVX-512, that
 count is checked and the load is direct; for 64- and 32-bit integers on AVX2,
 ATen copies the lanes into a stack buffer and reloads it, whatever the count:
 two 16-byte stores then one 32-byte load, a failed store-to-load forwarding
-per register. Measured on a 2-core AMD EPYC (Zen 3, AVX2), 1M complex64, one
-process per variant: the benchmark's workload (a) 7.8-8.0 ms with the copy,
-3.9-4.0 ms without; (e) 7.4-7.6 and 1.5-2.1 ms; (f) 4.2-4.6 and 1.4-1.9 ms;
-``z * w + z.conj()`` 5.8-6.0 and 1.4 ms. Within the
+per register. Within the
 block an integer load whose count fills its vectors exactly is written
 without the count, ``VectorizedN<int64_t,2>::loadu(p)``, which is equivalent
 to the following (the same lanes, read directly)::
@@ -64,11 +58,7 @@ The reduction and both polynomials of ``sin(x)`` and ``cos(x)`` of one ``x`` are
 the same expressions, which the C++ compiler computes once. Checked against
 float64 over every float32 in [1e-6, 32768): at most 1.53 ulp (sin and cos);
 hypot's fast path: at most 1.19 ulp over 1e8 random pairs. Sleef's ``u35`` sin/cos Inductor calls
-promise 3.5 ulp. Measured on a 2-core AMD EPYC (Zen 3, AVX2), the kernel of
-the benchmark's workload (a) alone, one process, interleaved: 3.1-3.2 ms with
-Sleef's hypot and inline sin/cos, 2.5-2.7 ms with both inline; as the whole
-compiled function (one process per variant) 4.5-4.6 ms with Sleef's
-sin/cos, 3.3-3.9 ms inline. float64 and other ISAs keep Inductor's code;
+promise 3.5 ulp. float64 and other ISAs keep Inductor's code;
 :func:`inline_hypot` says where ptc's ``abs`` decomposition writes ``hypot``.
 
 Narrowing (:func:`narrowing_shuffles`). ptc takes a complex64's real and
@@ -89,9 +79,6 @@ registers into one int32 register is two shuffles, and a narrowing of
 which is what the narrowing and the shift compute (the high half of an int64
 is its arithmetic shift by 32, narrowed). Both parts of a complex64 register
 pair: four instructions (GCC 12 folds the test and drops the unused shift).
-Measured on a 2-core AMD EPYC (Zen 3, AVX2), the kernel of the benchmark's
-workload (a) alone, built both ways, one process, interleaved, three runs:
-2.66-2.95 ms with ATen's narrowing, 2.22-2.59 ms with the shuffles.
 
 Trig reuse (:func:`trig_reuse`). A complex exponential broadcast over a batch,
 ``spec * exp(-1j * w * freqs)`` with ``spec`` of shape (rows, n) and ``freqs``
@@ -106,10 +93,7 @@ computation uses :data:`HEAVY_ON_REUSE` are stored like ``exp``'s, equivalent to
             users > 1 and value is a CPU pointwise using sin or cos)
 
 where ``users`` counts graph users or, for a broadcast, the elements reading
-each value. Measured on a 2-core AMD EPYC (Zen 3, AVX2), the FFT low-pass of
-``ptc demo complex`` (64 x 4096 float32, rfft -> mask and phase -> irfft), one
-process, interleaved: 1.05 ms recomputing, 0.85 ms storing (eager 0.94 ms,
-stock compile 1.02 ms). The code Inductor writes for the six workloads of
+each value. The code Inductor writes for the six workloads of
 ``benchmarks/complex.py`` is byte for byte the same either way.
 
 Each override is in place only while ptc's backend compiles a graph
@@ -117,7 +101,8 @@ Each override is in place only while ptc's backend compiles a graph
 another thread differs only in being faster. Where this Inductor lacks the
 hook (``_compat.INDUCTOR_CPP_VEC_BITCAST``, ``_compat.INDUCTOR_CPP_VEC_LOAD_LINE``,
 ``_compat.INDUCTOR_CPP_VEC_MATH``, ``_compat.INDUCTOR_CPP_VEC_NARROWING``,
-``_compat.INDUCTOR_REALIZE_ON_REUSE``), nothing is changed.
+``_compat.INDUCTOR_REALIZE_ON_REUSE``), nothing is changed. What each override
+gains, measured, is in ``benchmarks/RESULTS.md``.
 
 Inductor's FX-graph cache does not know about these overrides: without more,
 it would serve code generated under other overrides (an older ptc's, or none)

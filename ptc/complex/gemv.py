@@ -1,11 +1,10 @@
 """Complex matrix-vector products as one-column complex GEMMs.
 
-ATen's complex ``mv`` is slow on the CPU: measured here (one thread, MKL,
-1024 x 1024 complex64, both torch versions) it takes 1.7-1.9 ms where the
-same product as ``mm(A, x[:, None])`` takes 0.55-0.72 ms, and for a
-conjugate-transposed matrix (``A.mH @ x``) 3.3-3.5 ms against 0.54 ms for
-``conj(mm(A.T, conj(x)[:, None]))``. The product stays a BLAS call on the
-complex values (the issue's "no mv -> mul+sum rewrite"), with BLAS's own
+ATen's complex ``mv`` is slow on the CPU: the same product as
+``mm(A, x[:, None])`` is faster, and for a conjugate-transposed matrix
+(``A.mH @ x``) so is ``conj(mm(A.T, conj(x)[:, None]))`` (figures in
+``benchmarks/RESULTS.md``). The product stays a BLAS call on the
+complex values (no rewrite of ``mv`` into mul+sum), with BLAS's own
 arithmetic; the matrix is read where it lies (no copy for a row- or
 column-major matrix, with or without a conj bit).
 """
