@@ -24,7 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
-from typing import Callable, Dict, NamedTuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -71,6 +71,35 @@ def _accepts(fn: Callable, parameter: str) -> bool:
         return False
 
 
+# --- tracing -----------------------------------------------------------------
+
+
+def is_tracing(value: Any = None) -> bool:
+    """Whether the code running now is being traced rather than run on real values.
+
+    True while Dynamo compiles it (``torch.compile``, ``torch.export``), while a
+    torch dispatch mode is active (make_fx's proxy mode, ``FakeTensorMode``,
+    functionalization), or when ``value`` is a ``FakeTensor``. Dynamo never
+    compiles this function's own frame (see :func:`skip_frame`): callers that
+    Dynamo runs as plain Python may call it.
+    """
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return True
+    return isinstance(value, torch._subclasses.fake_tensor.FakeTensor)
+
+
+def unwrap_functorch(t: Any) -> Tuple[Any, bool]:
+    """``(inner, batched)``: ``t`` under its ``torch.func`` wrappers (vmap and grad
+    levels, outermost first) and whether one of them is a vmap batch. Unwrapping
+    stops at the first batched level, which ``inner`` then is."""
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(t):
+        if functorch.is_batchedtensor(t):
+            return t, True
+        t = functorch.get_unwrapped(t)
+    return t, False
+
+
 # --- control flow -----------------------------------------------------------
 
 
@@ -96,6 +125,9 @@ def skip_frame(code) -> None:
     from torch._dynamo.eval_frame import skip_code
 
     skip_code(code)
+
+
+skip_frame(is_tracing.__code__)  # a helper, not user code: never a frame of its own to compile
 
 
 def dynamo_callback_getter():
@@ -325,6 +357,21 @@ def cuda_thread_pool_routing() -> bool:
         "_cuda_beginAllocateCurrentThreadToPool", "_cuda_endAllocateToPool", "_cuda_releasePool"))
 
 
+def begin_thread_pool_routing(device: int, pool) -> None:
+    """Route this thread's CUDA allocations on ``device`` to graph pool ``pool`` (needs :func:`cuda_thread_pool_routing`)."""
+    torch._C._cuda_beginAllocateCurrentThreadToPool(device, pool)
+
+
+def end_pool_routing(device: int, pool) -> None:
+    """Stop routing allocations on ``device`` to graph pool ``pool`` (needs :func:`cuda_thread_pool_routing`)."""
+    torch._C._cuda_endAllocateToPool(device, pool)
+
+
+def release_graph_pool(device: int, pool) -> None:
+    """Give graph pool ``pool`` on ``device`` back to the allocator (needs :func:`cuda_thread_pool_routing`)."""
+    torch._C._cuda_releasePool(device, pool)
+
+
 @_probe
 def cuda_python_bindings() -> bool:
     """cuda-python's low-level bindings (cuda.bindings) import."""
@@ -340,6 +387,23 @@ def native_complex_wrapper() -> bool:
     import torch._functorch.config as functorch_config
 
     return hasattr(functorch_config, "enable_complex_wrapper")
+
+
+def aten_overloads(*names: str) -> List["torch._ops.OpOverload"]:
+    """The ATen overloads named ``"packet.overload"`` (``"add.Tensor"``; a bare ``"neg"``
+    is its ``default``) that this torch has, in order; the others are left out
+    (some exist in one release only)."""
+    aten = torch.ops.aten
+    found = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        pk = getattr(aten, packet, None)
+        if pk is None:
+            continue
+        op = getattr(pk, overload or "default", None)
+        if op is not None:
+            found.append(op)
+    return found
 
 
 @_probe
@@ -458,11 +522,15 @@ def inductor_realize_on_reuse() -> bool:
 def inductor_custom_pass_lists() -> bool:
     """Inductor takes a list of CustomGraphPass objects as its post-grad pass, each one's uuid in its cache key."""
     try:
-        from torch._inductor.custom_graph_pass import CustomPassBase, get_custom_graph_passes  # noqa: F401
         from torch._inductor import config as inductor_config
+        from torch._inductor import custom_graph_pass
     except Exception:  # noqa: BLE001 - no Inductor here
         return False
-    return hasattr(inductor_config, "post_grad_custom_post_pass")
+    return (
+        hasattr(custom_graph_pass, "CustomPassBase")
+        and hasattr(custom_graph_pass, "get_custom_graph_passes")
+        and hasattr(inductor_config, "post_grad_custom_post_pass")
+    )
 
 
 # --- GEMM -------------------------------------------------------------------
@@ -527,6 +595,74 @@ def inductor_choices_hook() -> bool:
     import torch._inductor.config as inductor_config
 
     return hasattr(inductor_config, "inductor_choices_class")
+
+
+@_probe
+def fp4_dtype() -> bool:
+    """torch has the packed FP4 dtype NVFP4 GEMMs take (torch.float4_e2m1fn_x2)."""
+    return torch_dtype("float4_e2m1fn_x2") is not None
+
+
+def torch_dtype(name: str) -> Optional[torch.dtype]:
+    """The torch dtype called ``name`` (``"float8_e8m0fnu"``), or None where this torch has none."""
+    dtype = getattr(torch, name, None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+@_probe
+def inductor_extern_kernel_registry() -> bool:
+    """Inductor keeps its extern kernel choices by name (select_algorithm.ExternKernelChoice._registry)."""
+    from torch._inductor.select_algorithm import ExternKernelChoice
+
+    return isinstance(getattr(ExternKernelChoice, "_registry", None), dict)
+
+
+def inductor_extern_kernel(name: str):
+    """Inductor's ``ExternKernelChoice`` registered as ``name``, or None (also where
+    Inductor keeps no registry: :func:`inductor_extern_kernel_registry`)."""
+    from torch._inductor.select_algorithm import ExternKernelChoice
+
+    registry = getattr(ExternKernelChoice, "_registry", None)
+    return None if registry is None else registry.get(name)
+
+
+def inductor_unaligned_buffers():
+    """The names of the graph inputs Inductor found unaligned in the graph it lowers
+    now (``V.graph.unaligned_buffers``); empty where it keeps no such list."""
+    from torch._inductor.virtualized import V
+
+    return getattr(V.graph, "unaligned_buffers", ())
+
+
+def inductor_current_target():
+    """The target of the FX node Inductor lowers now (``V.graph.current_node``), or None."""
+    from torch._inductor.virtualized import V
+
+    return getattr(getattr(V.graph, "current_node", None), "target", None)
+
+
+class _RestoreChoices:
+    def __init__(self, V, prior) -> None:
+        self.V, self.prior = V, prior
+
+    def __exit__(self, *exc) -> None:
+        self.V.set_choices_handler(self.prior)
+
+
+def install_choices_handler(handler):
+    """Make ``handler`` this thread's Inductor choices handler (``V.set_choices_handler``) now.
+
+    Returns a context whose ``__exit__`` puts the previous handler back: the one
+    ``set_choices_handler`` returns where it returns a context manager (entered
+    here), else one of ptc's own."""
+    from torch._inductor.virtualized import V
+
+    prior = V.choices
+    ctx = V.set_choices_handler(handler)
+    if hasattr(ctx, "__enter__"):
+        ctx.__enter__()  # the handler is already set; exiting restores the prior one
+        return ctx
+    return _RestoreChoices(V, prior)
 
 
 # --- distributed ------------------------------------------------------------

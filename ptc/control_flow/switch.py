@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tupl
 import torch
 import torch.utils._pytree as pytree
 
+from ptc import _compat
 from ptc.errors import BranchMismatch, PtcTypeError, PtcValueError
 
 __all__ = ["switch", "tree_depth"]
@@ -202,17 +203,10 @@ def _mode(index: torch.Tensor) -> str:
     make_fx)."""
     if torch.compiler.is_compiling():
         return "trace"
-    functorch = torch._C._functorch
-    t = index
-    while functorch.is_functorch_wrapped_tensor(t):  # vmap / grad levels, outermost first
-        if functorch.is_batchedtensor(t):
-            return "vmap"
-        t = functorch.get_unwrapped(t)
-    if torch._C._len_torch_dispatch_stack() > 0:  # make_fx, fake and functional modes
-        return "trace"
-    if isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
-        return "trace"
-    return "eager"
+    t, batched = _compat.unwrap_functorch(index)  # vmap / grad levels, outermost first
+    if batched:
+        return "vmap"
+    return "trace" if _compat.is_tracing(t) else "eager"  # make_fx, fake and functional modes, fake tensors
 
 
 # --- traced: a balanced tree of torch.cond ------------------------------------

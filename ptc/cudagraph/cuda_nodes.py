@@ -318,7 +318,7 @@ class ConditionalNodes:
         finally:
             self._stack.pop()
             if not self._stack:
-                torch._C._cuda_endAllocateToPool(self.device, self.body_pool)
+                _compat.end_pool_routing(self.device, self.body_pool)
 
     def abort(self) -> None:
         """Ends every open node quietly (the capture failed): torch's stream and the
@@ -330,7 +330,7 @@ class ConditionalNodes:
         """Gives the body pool back once the graph that replays it is gone."""
         if not self._released:
             self._released = True
-            torch._C._cuda_releasePool(self.device, self.body_pool)
+            _compat.release_graph_pool(self.device, self.body_pool)
 
     # ------------------------------------------------------------------
     def _top(self, what: str) -> _Open:
@@ -355,7 +355,7 @@ class ConditionalNodes:
         self.api.begin_capture_to(self.api.stream(frame.child), frame.bodies[frame.body])
         if len(self._stack) == 1 and frame.body == 0:
             try:
-                torch._C._cuda_beginAllocateCurrentThreadToPool(self.device, self.body_pool)
+                _compat.begin_thread_pool_routing(self.device, self.body_pool)
             except BaseException:
                 self.api.end_capture(self.api.stream(frame.child))
                 raise

@@ -30,6 +30,8 @@ from typing import Optional
 
 import torch
 
+from ptc import _compat
+
 __all__ = [
     "MODES", "mode_of", "block_of", "logical_k", "scale_count", "swizzle", "unswizzle", "unpack_fp4", "dequantize",
     "random_operands",
@@ -46,7 +48,7 @@ _FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -
 
 
 def _dtype(name: str) -> Optional[torch.dtype]:
-    return getattr(torch, name, None)
+    return _compat.torch_dtype(name)
 
 
 def mode_of(q_dtype: torch.dtype, scale_dtype: torch.dtype) -> Optional[str]:

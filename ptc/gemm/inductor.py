@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from ptc import _compat
 from ptc.errors import FeatureUnavailable, PtcTypeError, PtcValueError
 from ptc.gemm import blockscale, policy, runtime
 from ptc.gemm.candidates import Plan, plan
@@ -78,7 +79,7 @@ def _extern_choice(op: str, prefix: str = "ptc_nvgemm_"):
     from torch._inductor.select_algorithm import ExternKernelChoice
 
     name = f"{prefix}{op}"
-    existing = ExternKernelChoice._registry.get(name) if hasattr(ExternKernelChoice, "_registry") else None
+    existing = _compat.inductor_extern_kernel(name)
     if existing is not None:
         return existing
     fn = getattr(runtime, name)
@@ -110,7 +111,7 @@ def _aligned(*nodes) -> bool:
     """
     from torch._inductor.virtualized import V
 
-    unaligned = getattr(V.graph, "unaligned_buffers", ())
+    unaligned = _compat.inductor_unaligned_buffers()
     for n in nodes:
         try:
             if n.get_device().type != "cpu" and n.get_name() in unaligned:
@@ -145,7 +146,6 @@ def _scale_mode(a, b, s_a, s_b):
     scales' layout, and Inductor's lowering of it hands ATen's kernel the untiled ones.
     """
     from torch._inductor.ir import is_contiguous_strides_for_shape
-    from torch._inductor.virtualized import V
 
     size_a, size_b = _hints(a.get_size()), _hints(b.get_size())
     m, n = size_a[0], size_b[1]
@@ -162,7 +162,7 @@ def _scale_mode(a, b, s_a, s_b):
     if mode is None or blockscale.mode_of(b.get_dtype(), dtypes[1]) != mode:
         return None, (f"{a.get_dtype()} x {b.get_dtype()} with {dtypes[0]} x {dtypes[1]} scales: ptc handles "
                       "float32 scales and MXFP8 / NVFP4 block scales")
-    target = getattr(getattr(V.graph, "current_node", None), "target", None)
+    target = _compat.inductor_current_target()
     if target is not torch.ops.aten._scaled_mm.default:
         return None, f"{mode} scales of {target}: ptc takes block scales from aten._scaled_mm only"
     block = blockscale.MODES[mode][0]
@@ -185,8 +185,6 @@ def _device_note(device_type: str, device_types: Sequence[str]) -> str:
 
 def _require_cuda(device_types: Sequence[str]) -> None:
     """FeatureUnavailable when every device ``device_types`` names is CUDA and there is none."""
-    from ptc import _compat
-
     if set(device_types) - {"cuda"} or _compat.CUDA_AVAILABLE:
         return
     if not _compat.CUDA_BUILD:
@@ -551,19 +549,7 @@ def _install_tie_break(session: GemmSession):
 
     wrapped = copy.copy(current)
     wrapped.__class__ = type(f"Ptc{base.__name__}", (base,), {"override_best_choice": override_best_choice})
-    ctx = V.set_choices_handler(wrapped)
-    if hasattr(ctx, "__enter__"):
-        ctx.__enter__()  # the handler is already set; exiting restores the prior one
-        return ctx
-    return _Restore(V, current)
-
-
-class _Restore:
-    def __init__(self, V, prior) -> None:
-        self.V, self.prior = V, prior
-
-    def __exit__(self, *exc) -> None:
-        self.V.set_choices_handler(self.prior)
+    return _compat.install_choices_handler(wrapped)
 
 
 _ACTIVE: Optional[GemmSession] = None
@@ -618,8 +604,6 @@ def enable(
         torch build, no driver, no visible GPU): the message names which.
     """
     global _ACTIVE
-    from ptc import _compat
-
     if not _compat.INDUCTOR_CHOICE_PREPROCESSING:
         raise FeatureUnavailable(
             "ptc.gemm.enable needs Inductor's select_algorithm.add_preprocessing_fn, which this torch lacks",

@@ -16,6 +16,7 @@ from typing import Optional
 
 import torch
 
+from ptc import _compat
 from ptc.errors import PtcTypeError, PtcValueError
 
 __all__ = ["GemmProblem", "OPS", "SCALE_MODES", "dtype_name", "parse_dtype"]
@@ -35,8 +36,8 @@ _SHORT = {
     torch.float8_e4m3fn: "e4m3",
     torch.float8_e5m2: "e5m2",
 }
-if hasattr(torch, "float4_e2m1fn_x2"):
-    _SHORT[torch.float4_e2m1fn_x2] = "e2m1x2"
+if _compat.FP4_DTYPE:
+    _SHORT[_compat.torch_dtype("float4_e2m1fn_x2")] = "e2m1x2"
 _LONG = {v: k for k, v in _SHORT.items()}
 
 #: bits per logical element of each input dtype (fp4 is packed two per byte)
@@ -59,8 +60,8 @@ def parse_dtype(name: "str | torch.dtype") -> str:
         raise PtcTypeError(f"dtype must be a torch.dtype or a string, got {type(name).__name__}")
     if name in _BITS:
         return name
-    dt = getattr(torch, name, None)
-    if isinstance(dt, torch.dtype):
+    dt = _compat.torch_dtype(name)
+    if dt is not None:
         return dtype_name(dt)
     raise PtcValueError(f"dtype {name!r} is not one of {', '.join(_BITS)} (or a torch dtype name)")
 

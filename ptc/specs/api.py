@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -150,7 +150,7 @@ def _decorate_function(fn: Callable, spec: Spec) -> Callable:
 
     @functools.wraps(fn)
     def with_spec(*args, **kwargs):
-        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        if _compat.is_tracing():
             if _compat.dynamo_may_break_graph():
                 return at_boundary(*args, **kwargs)  # graph break: runs as an entry point
             _refuse_static_export(bound, args, kwargs)  # traced: values are symbolic
@@ -182,7 +182,7 @@ def _decorate_module(cls: type, spec: Spec) -> type:
     checker, facts, enter = bound.checker, bound.facts, bound.enter
 
     def __call__(self, *args, **kwargs):
-        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        if _compat.is_tracing():
             if _compat.dynamo_may_break_graph():
                 return at_boundary(self, *args, **kwargs)
             return module_call(self, *args, **kwargs)
@@ -200,7 +200,7 @@ def _decorate_module(cls: type, spec: Spec) -> type:
 
     @functools.wraps(forward)
     def forward_with_facts(self, *args, **kwargs):
-        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        if _compat.is_tracing():
             _refuse_static_export(bound, (self,) + args, kwargs)
             return facts(self, *args, **kwargs)
         return forward(self, *args, **kwargs)

@@ -39,7 +39,7 @@ import torch
 
 from ptc.errors import SpecError, SpecViolation
 from ptc.specs.expr import solve_linear, to_python
-from ptc.specs.spec import Leaf, Spec, TensorSpec, _vars_of
+from ptc.specs.spec import Leaf, Spec, _vars_of
 from ptc.specs.variables import STATIC, Var
 
 __all__ = ["BoundSpec"]
@@ -163,172 +163,179 @@ class BoundSpec:
     # -- code generation ---------------------------------------------------------
 
     def _generate(self, boundary_call: Callable):
-        file_id = next(_file_ids)
-        sig_src, defaults = _signature_source(self.signature)
-        body_params, forward_args, body_call = _body_source(self.signature, f"_ptc{file_id}_")
-        body_local = dict(zip(self.param_names, body_params))
-        check = _Lines()
-        facts = _Lines()
-        leaves = _Lines()
-        var_name = {v: f"_ptc_v{v.uid}" for v in self.spec.vars}
-        bound: Dict[Var, None] = {}
-        pending: List[Tuple[str, str, str, sympy.Expr]] = []  # (dim local, facts access, text, expr)
-        tensor_locals: List[str] = []
+        """Generate and compile the checker, facts, enter and leaves functions, in phases
+        (each one adds lines to the functions in the order it runs; see :class:`_Codegen`)."""
+        gen = _Codegen(self)
+        gen.bind_leaves()  # 1. leaves: types, ranks, fixed dims, bare variables
+        gen.solve_expressions()  # 2. expressions: check those whose variables are bound, solve single unknowns
+        gen.add_assumptions()  # 3. assumptions
+        gen.check_specialized_vars()
+        gen.check_unmentioned()  # 4. parameters the spec does not mention
+        return gen.compile(boundary_call)
 
-        def fail(message: Callable[[Any, Dict[str, int]], str], value_src: str) -> str:
-            k = len(self._fail_messages)
-            self._fail_messages.append(message)
-            bindings = ", ".join(f"{v.name!r}: {var_name[v]}" for v in bound)
-            return f"_ptc_fail({k}, {value_src}, {{{bindings}}})"
+    def _fail(self, k: int, value: Any, bindings: Dict[str, int]) -> None:
+        raise SpecViolation(self._fail_messages[k](value, bindings))
 
-        def where(vs: Sequence[Var], bindings: Dict[str, int]) -> str:
-            parts = [
-                f"{v.name}={bindings[v.name]} from {self.sources[v]}" for v in vs if v.name in bindings
-            ]
-            return " where " + ", ".join(parts) if parts else ""
 
-        def bind_or_compare(dim: str, fdim: str, text: str, d: Var) -> None:
-            v = var_name[d]
-            if d not in bound:
-                bound[d] = None
-                self.sources[d] = text
-                check.add(f"{v} = {dim}")
-                facts.add(f"{v} = {fdim}")
-                cond = _allowed(v, d)
-                check.add(
-                    f"if not ({cond}): "
-                    + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {d.range_text()} ({d.name} from {t})", v)
-                )
-                _range_facts(facts, v, d)
-            else:
-                check.add(
-                    f"if {dim} != {v}: "
-                    + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {t} == {d.name}" + where([d], b), dim)
-                )
-                facts.add(f"_ptc_check({fdim} == {v})")
+class _Codegen:
+    """The generation of one :class:`BoundSpec`'s functions, one method per phase.
 
-        # 1. leaves: types, ranks, fixed dims, bare variables
-        for i, leaf in enumerate(self.leaves):
-            param = self.key_to_param[leaf.param]
-            access, faccess, laccess = param, body_local[param], param
-            text = leaf.param if leaf.param not in ("*args", "**kwargs") else param
-            for step in leaf.steps:
-                if step.kind == "key":
-                    access = f"_ptc_get({access}, {step.key!r}, {text!r})"
-                    faccess = f"_ptc_get_traced({faccess}, {step.key!r})"
-                    laccess = f"_ptc_get_traced({laccess}, {step.key!r})"
-                    text = f"{text}.{step.key}" if isinstance(step.key, str) and step.key.isidentifier() else f"{text}[{step.key!r}]"
-                else:
-                    access = f"_ptc_index({access}, {step.key}, {text!r})"
-                    faccess = f"{faccess}[{step.key}]"
-                    laccess = f"{laccess}[{step.key}]"
-                    text = f"{text}[{step.key}]"
+    The phases run in order (:meth:`BoundSpec._generate`); each appends lines to
+    the checker (``check``), the body the facts and enter functions forward to
+    (``facts``) and the leaves function (``leaves``), and records what it finds
+    on the BoundSpec (sources, marks, specialize, int_sources, fail messages).
+    """
+
+    def __init__(self, owner: "BoundSpec") -> None:
+        self.owner = owner
+        self.file_id = next(_file_ids)
+        self.sig_src, self.defaults = _signature_source(owner.signature)
+        self.body_params, self.forward_args, self.body_call = _body_source(owner.signature, f"_ptc{self.file_id}_")
+        self.body_local = dict(zip(owner.param_names, self.body_params))
+        self.check = _Lines()
+        self.facts = _Lines()
+        self.leaves = _Lines()
+        self.var_name = {v: f"_ptc_v{v.uid}" for v in owner.spec.vars}
+        self.bound: Dict[Var, None] = {}
+        self.pending: List[Tuple[str, str, str, sympy.Expr]] = []  # (dim local, facts access, text, expr)
+        self.tensor_locals: List[str] = []
+
+    # -- helpers shared by the phases --------------------------------------------
+
+    def fail(self, message: Callable[[Any, Dict[str, int]], str], value_src: str) -> str:
+        """Source of the call raising ``message``'s violation with the bindings made so far."""
+        k = len(self.owner._fail_messages)
+        self.owner._fail_messages.append(message)
+        bindings = ", ".join(f"{v.name!r}: {self.var_name[v]}" for v in self.bound)
+        return f"_ptc_fail({k}, {value_src}, {{{bindings}}})"
+
+    def where(self, vs: Sequence[Var], bindings: Dict[str, int]) -> str:
+        parts = [
+            f"{v.name}={bindings[v.name]} from {self.owner.sources[v]}" for v in vs if v.name in bindings
+        ]
+        return " where " + ", ".join(parts) if parts else ""
+
+    def bind_or_compare(self, dim: str, fdim: str, text: str, d: Var) -> None:
+        check, facts, fail, where = self.check, self.facts, self.fail, self.where
+        v = self.var_name[d]
+        if d not in self.bound:
+            self.bound[d] = None
+            self.owner.sources[d] = text
+            check.add(f"{v} = {dim}")
+            facts.add(f"{v} = {fdim}")
+            cond = _allowed(v, d)
+            check.add(
+                f"if not ({cond}): "
+                + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {d.range_text()} ({d.name} from {t})", v)
+            )
+            _range_facts(facts, v, d)
+        else:
+            check.add(
+                f"if {dim} != {v}: "
+                + fail(lambda val, b, t=text, d=d: f"{t}={val} violates {t} == {d.name}" + where([d], b), dim)
+            )
+            facts.add(f"_ptc_check({fdim} == {v})")
+
+    # -- 1. leaves: types, ranks, fixed dims, bare variables ---------------------
+
+    def bind_leaves(self) -> None:
+        for i, leaf in enumerate(self.owner.leaves):
+            param = self.owner.key_to_param[leaf.param]
+            access, faccess, laccess, text = self._leaf_access(leaf, param)
             t = f"_ptc_t{i}"
-            check.add(f"{t} = {access}")
-            facts.add(f"{t} = {faccess}")
-            leaves.add(f"{t} = {laccess}")
+            self.check.add(f"{t} = {access}")
+            self.facts.add(f"{t} = {faccess}")
+            self.leaves.add(f"{t} = {laccess}")
             if leaf.is_tensor:
-                dims = leaf.spec.dims
-                tensor_locals.append(t)
-                spec_text = f"[{', '.join(map(str, dims))}]"
-                check.add(
-                    f"if not isinstance({t}, _ptc_Tensor): "
-                    + fail(lambda val, b, x=text, s=spec_text: f"{x} must be a tensor with dims {s}, got {type(val).__name__}", t)
-                )
-                check.add(f"_ptc_s{i} = {t}.shape")
-                check.add(
-                    f"if len(_ptc_s{i}) != {len(dims)}: "
-                    + fail(
-                        lambda val, b, x=text, s=spec_text, n=len(dims): f"{x} must have {n} dims {s}, got {len(val)}: shape {tuple(val)}",
-                        f"_ptc_s{i}",
-                    )
-                )
-                for j, d in enumerate(dims):
-                    dim, fdim, dtext = f"_ptc_s{i}[{j}]", f"{t}.shape[{j}]", f"{text}.shape[{j}]"
-                    if d is STATIC:
-                        self.marks.append((len(tensor_locals) - 1, j, "static", None))
-                    elif isinstance(d, int):
-                        self.marks.append((len(tensor_locals) - 1, j, "static", None))
-                        check.add(
-                            f"if {dim} != {d}: "
-                            + fail(lambda val, b, x=dtext, d=d: f"{x}={val} violates {x} == {d}", dim)
-                        )
-                        facts.add(f"_ptc_check({fdim} == {d})")
-                    elif isinstance(d, Var):
-                        self.marks.append((len(tensor_locals) - 1, j, _action([d], d.min), d.hint))
-                        if d.specialize:
-                            self.specialize[(len(tensor_locals) - 1, j)] = d.choices
-                        bind_or_compare(dim, fdim, dtext, d)
-                    else:
-                        self.marks.append((len(tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d)), None))
-                        local = f"_ptc_d{i}_{j}"
-                        check.add(f"{local} = {dim}")
-                        pending.append((local, fdim, dtext, d))
+                self._tensor_leaf(i, t, text, leaf)
             else:
-                d = leaf.spec
-                check.add(
-                    f"if type({t}) is not int: "
-                    + fail(lambda val, b, x=text, s=d: f"{x} must be an int (spec {s}), got {type(val).__name__}", t)
-                )
-                kind = _int_kind(d)
-                source = _source_pattern(body_local[param], leaf.steps)
-                if kind is not None and source is not None:
-                    self.int_sources.append((source, kind))
-                if isinstance(d, Var):
-                    bind_or_compare(t, t, text, d)
-                elif isinstance(d, int):
-                    check.add(f"if {t} != {d}: " + fail(lambda val, b, x=text, d=d: f"{x}={val} violates {x} == {d}", t))
-                else:
-                    pending.append((t, t, text, d))
+                self._int_leaf(t, text, leaf, param)
 
-        # 2. expressions: check those whose variables are bound, solve single unknowns
+    def _leaf_access(self, leaf: Leaf, param: str) -> Tuple[str, str, str, str]:
+        """Source reaching ``leaf`` from its parameter in the checker, in the body and in
+        the leaves function, and the text naming it in messages."""
+        access, faccess, laccess = param, self.body_local[param], param
+        text = leaf.param if leaf.param not in ("*args", "**kwargs") else param
+        for step in leaf.steps:
+            if step.kind == "key":
+                access = f"_ptc_get({access}, {step.key!r}, {text!r})"
+                faccess = f"_ptc_get_traced({faccess}, {step.key!r})"
+                laccess = f"_ptc_get_traced({laccess}, {step.key!r})"
+                text = f"{text}.{step.key}" if isinstance(step.key, str) and step.key.isidentifier() else f"{text}[{step.key!r}]"
+            else:
+                access = f"_ptc_index({access}, {step.key}, {text!r})"
+                faccess = f"{faccess}[{step.key}]"
+                laccess = f"{laccess}[{step.key}]"
+                text = f"{text}[{step.key}]"
+        return access, faccess, laccess, text
+
+    def _tensor_leaf(self, i: int, t: str, text: str, leaf: Leaf) -> None:
+        check, fail = self.check, self.fail
+        owner = self.owner
+        dims = leaf.spec.dims
+        self.tensor_locals.append(t)
+        spec_text = f"[{', '.join(map(str, dims))}]"
+        check.add(
+            f"if not isinstance({t}, _ptc_Tensor): "
+            + fail(lambda val, b, x=text, s=spec_text: f"{x} must be a tensor with dims {s}, got {type(val).__name__}", t)
+        )
+        check.add(f"_ptc_s{i} = {t}.shape")
+        check.add(
+            f"if len(_ptc_s{i}) != {len(dims)}: "
+            + fail(
+                lambda val, b, x=text, s=spec_text, n=len(dims): f"{x} must have {n} dims {s}, got {len(val)}: shape {tuple(val)}",
+                f"_ptc_s{i}",
+            )
+        )
+        for j, d in enumerate(dims):
+            dim, fdim, dtext = f"_ptc_s{i}[{j}]", f"{t}.shape[{j}]", f"{text}.shape[{j}]"
+            if d is STATIC:
+                owner.marks.append((len(self.tensor_locals) - 1, j, "static", None))
+            elif isinstance(d, int):
+                owner.marks.append((len(self.tensor_locals) - 1, j, "static", None))
+                check.add(
+                    f"if {dim} != {d}: "
+                    + fail(lambda val, b, x=dtext, d=d: f"{x}={val} violates {x} == {d}", dim)
+                )
+                self.facts.add(f"_ptc_check({fdim} == {d})")
+            elif isinstance(d, Var):
+                owner.marks.append((len(self.tensor_locals) - 1, j, _action([d], d.min), d.hint))
+                if d.specialize:
+                    owner.specialize[(len(self.tensor_locals) - 1, j)] = d.choices
+                self.bind_or_compare(dim, fdim, dtext, d)
+            else:
+                owner.marks.append((len(self.tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d)), None))
+                local = f"_ptc_d{i}_{j}"
+                check.add(f"{local} = {dim}")
+                self.pending.append((local, fdim, dtext, d))
+
+    def _int_leaf(self, t: str, text: str, leaf: Leaf, param: str) -> None:
+        check, fail = self.check, self.fail
+        d = leaf.spec
+        check.add(
+            f"if type({t}) is not int: "
+            + fail(lambda val, b, x=text, s=d: f"{x} must be an int (spec {s}), got {type(val).__name__}", t)
+        )
+        kind = _int_kind(d)
+        source = _source_pattern(self.body_local[param], leaf.steps)
+        if kind is not None and source is not None:
+            self.owner.int_sources.append((source, kind))
+        if isinstance(d, Var):
+            self.bind_or_compare(t, t, text, d)
+        elif isinstance(d, int):
+            check.add(f"if {t} != {d}: " + fail(lambda val, b, x=text, d=d: f"{x}={val} violates {x} == {d}", t))
+        else:
+            self.pending.append((t, t, text, d))
+
+    # -- 2. expressions: check those whose variables are bound, solve single unknowns
+
+    def solve_expressions(self) -> None:
+        pending, bound = self.pending, self.bound
         progress = True
         while pending and progress:
             progress = False
             for item in list(pending):
-                local, fdim, dtext, expr = item
-                unknown = [v for v in _vars_of(expr) if v not in bound]
-                name = lambda s: var_name[s]  # noqa: E731
-                if not unknown:
-                    code = to_python(expr, name)
-                    shown = _display(expr)
-                    check.add(
-                        f"if {local} != {code}: "
-                        + fail(
-                            lambda val, b, x=dtext, s=shown, vs=_vars_of(expr): f"{x}={val} violates {x} == {s}" + where(vs, b),
-                            local,
-                        )
-                    )
-                    facts.add(f"_ptc_check({fdim} == {code})")
-                elif len(unknown) == 1 and solve_linear(expr, unknown[0]) is not None:
-                    (u,) = unknown
-                    a, b0 = solve_linear(expr, u)
-                    a_code, b_code = to_python(a, name), to_python(b0, name)
-                    shown = _display(expr)
-                    known = [v for v in _vars_of(expr) if v is not u]
-                    check.add(f"_ptc_a = {a_code}")
-                    check.add(f"_ptc_r = {local} - {b_code}")
-                    check.add(
-                        "if _ptc_a == 0 or _ptc_r % _ptc_a != 0: "
-                        + fail(
-                            lambda val, b, x=dtext, s=shown, u=u, vs=known: f"{x}={val} violates {x} == {s}: no integer {u.name} gives {val}"
-                            + where(vs, b),
-                            local,
-                        )
-                    )
-                    v = var_name[u]
-                    bound[u] = None
-                    self.sources[u] = f"{dtext} == {shown}"
-                    check.add(f"{v} = _ptc_r // _ptc_a")
-                    cond = _allowed(v, u)
-                    check.add(
-                        f"if not ({cond}): "
-                        + fail(lambda val, b, u=u, x=dtext, s=shown: f"{u.name}={val} (from {x} == {s}) violates {u.range_text()}", v)
-                    )
-                    facts.add(f"_ptc_check(({fdim} - {b_code}) % {a_code} == 0)")
-                    facts.add(f"{v} = ({fdim} - {b_code}) // {a_code}")
-                    _range_facts(facts, v, u)
-                else:
+                if not (self._check_expression(item) or self._solve_expression(item)):
                     continue
                 pending.remove(item)
                 progress = True
@@ -341,70 +348,141 @@ class BoundSpec:
                 "or use an expression linear in one unknown"
             )
 
-        # 3. assumptions
-        for k, assumption in enumerate(self.spec.assumptions):
-            missing = [v.name for v in _vars_of(assumption) if v not in bound]
+    def _local(self, s: Var) -> str:
+        """The generated code's local holding variable ``s``."""
+        return self.var_name[s]
+
+    def _check_expression(self, item: Tuple[str, str, str, sympy.Expr]) -> bool:
+        """Checks ``item`` if all its variables are bound (True), else does nothing (False)."""
+        local, fdim, dtext, expr = item
+        if any(v not in self.bound for v in _vars_of(expr)):
+            return False
+        where = self.where
+        code = to_python(expr, self._local)
+        shown = _display(expr)
+        self.check.add(
+            f"if {local} != {code}: "
+            + self.fail(
+                lambda val, b, x=dtext, s=shown, vs=_vars_of(expr): f"{x}={val} violates {x} == {s}" + where(vs, b),
+                local,
+            )
+        )
+        self.facts.add(f"_ptc_check({fdim} == {code})")
+        return True
+
+    def _solve_expression(self, item: Tuple[str, str, str, sympy.Expr]) -> bool:
+        """Binds the one unbound variable of ``item`` where the expression is linear in
+        it (True); False (and nothing added) otherwise."""
+        local, fdim, dtext, expr = item
+        unknown = [v for v in _vars_of(expr) if v not in self.bound]
+        if not (len(unknown) == 1 and solve_linear(expr, unknown[0]) is not None):
+            return False
+        check, facts, fail, where, name = self.check, self.facts, self.fail, self.where, self._local
+        (u,) = unknown
+        a, b0 = solve_linear(expr, u)
+        a_code, b_code = to_python(a, name), to_python(b0, name)
+        shown = _display(expr)
+        known = [v for v in _vars_of(expr) if v is not u]
+        check.add(f"_ptc_a = {a_code}")
+        check.add(f"_ptc_r = {local} - {b_code}")
+        check.add(
+            "if _ptc_a == 0 or _ptc_r % _ptc_a != 0: "
+            + fail(
+                lambda val, b, x=dtext, s=shown, u=u, vs=known: f"{x}={val} violates {x} == {s}: no integer {u.name} gives {val}"
+                + where(vs, b),
+                local,
+            )
+        )
+        v = self.var_name[u]
+        self.bound[u] = None
+        self.owner.sources[u] = f"{dtext} == {shown}"
+        check.add(f"{v} = _ptc_r // _ptc_a")
+        cond = _allowed(v, u)
+        check.add(
+            f"if not ({cond}): "
+            + fail(lambda val, b, u=u, x=dtext, s=shown: f"{u.name}={val} (from {x} == {s}) violates {u.range_text()}", v)
+        )
+        facts.add(f"_ptc_check(({fdim} - {b_code}) % {a_code} == 0)")
+        facts.add(f"{v} = ({fdim} - {b_code}) // {a_code}")
+        _range_facts(facts, v, u)
+        return True
+
+    # -- 3. assumptions ------------------------------------------------------------
+
+    def add_assumptions(self) -> None:
+        where = self.where
+        for k, assumption in enumerate(self.owner.spec.assumptions):
+            missing = [v.name for v in _vars_of(assumption) if v not in self.bound]
             if missing:
                 raise SpecError(
                     f"assumptions[{k}] {_display(assumption)} uses {', '.join(missing)}, "
                     "which no input of the spec binds"
                 )
-            code = to_python(assumption, lambda s: var_name[s])
+            code = to_python(assumption, self._local)
             shown = _display(assumption)
-            check.add(
+            self.check.add(
                 f"if not ({code}): "
-                + fail(
+                + self.fail(
                     lambda val, b, s=shown, vs=_vars_of(assumption): f"assumption {s} does not hold" + where(vs, b),
                     "None",
                 )
             )
-            facts.add(f"_ptc_check({code})")
+            self.facts.add(f"_ptc_check({code})")
 
-        bare_dims = {d for leaf in self.leaves if leaf.is_tensor for d in leaf.spec.dims if isinstance(d, Var)}
-        for v in self.spec.vars:
+    def check_specialized_vars(self) -> None:
+        """A ``specialize=True`` variable must be a bare dim of some tensor."""
+        owner = self.owner
+        bare_dims = {d for leaf in owner.leaves if leaf.is_tensor for d in leaf.spec.dims if isinstance(d, Var)}
+        for v in owner.spec.vars:
             if v.specialize and v not in bare_dims:
                 raise SpecError(
                     f"Var {v.name}: specialize=True applies to tensor dims that are exactly the variable, "
                     f"and no tensor of the spec has {v.name} as a dim"
                 )
 
-        # 4. parameters the spec does not mention
-        if self.spec.unspecified == "error":
-            for p in self.unmentioned:
-                check.add(f"_ptc_no_tensors({p}, {p!r})")
-        unmentioned = ", ".join(self.unmentioned)
-        check.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''}), ({unmentioned}{',' if self.unmentioned else ''})")
-        facts.add(f"return _ptc_target({body_call})")
-        leaves.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''})")
+    # -- 4. parameters the spec does not mention, and the returns ------------------
 
+    def check_unmentioned(self) -> None:
+        owner, check, tensor_locals = self.owner, self.check, self.tensor_locals
+        if owner.spec.unspecified == "error":
+            for p in owner.unmentioned:
+                check.add(f"_ptc_no_tensors({p}, {p!r})")
+        unmentioned = ", ".join(owner.unmentioned)
+        check.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''}), ({unmentioned}{',' if owner.unmentioned else ''})")
+        self.facts.add(f"return _ptc_target({self.body_call})")
+        self.leaves.add(f"return ({', '.join(tensor_locals)}{',' if tensor_locals else ''})")
+
+    # -- the source, compiled ------------------------------------------------------
+
+    def compile(self, boundary_call: Callable):
+        """``(checker, facts, enter, leaves)``, compiled from the lines the phases added."""
+        owner = self.owner
         namespace = {
             "_ptc_Tensor": torch.Tensor,
             "_ptc_get": _get,
             "_ptc_get_traced": _get_traced,
             "_ptc_index": _index,
-            "_ptc_fail": self._fail,
+            "_ptc_fail": owner._fail,
             "_ptc_no_tensors": _no_tensors,
             "_ptc_check": torch._check,
-            "_ptc_fn": self.fn,
+            "_ptc_fn": owner.fn,
             "_ptc_call": boundary_call,
-            **defaults,
+            **self.defaults,
         }
-        body_args = ", ".join(["_ptc_target"] + body_params)
+        sig_src, forward_args = self.sig_src, self.forward_args
+        body_args = ", ".join(["_ptc_target"] + self.body_params)
         source = (
-            f"def _ptc_checker({sig_src}):\n{check.text()}\n\n"
-            f"def _ptc_body({body_args}):\n{facts.text()}\n\n"
+            f"def _ptc_checker({sig_src}):\n{self.check.text()}\n\n"
+            f"def _ptc_body({body_args}):\n{self.facts.text()}\n\n"
             f"def _ptc_facts({sig_src}):\n    return _ptc_body({', '.join(['_ptc_fn'] + forward_args)})\n\n"
             f"def _ptc_enter({sig_src}):\n    return _ptc_body({', '.join(['_ptc_call'] + forward_args)})\n\n"
-            f"def _ptc_leaves({sig_src}):\n{leaves.text()}\n"
+            f"def _ptc_leaves({sig_src}):\n{self.leaves.text()}\n"
         )
-        filename = f"<ptc.specs {_name(self.fn)} #{file_id}>"
+        filename = f"<ptc.specs {_name(owner.fn)} #{self.file_id}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - generated from the spec
-        self.source = source
+        owner.source = source
         return namespace["_ptc_checker"], namespace["_ptc_facts"], namespace["_ptc_enter"], namespace["_ptc_leaves"]
-
-    def _fail(self, k: int, value: Any, bindings: Dict[str, int]) -> None:
-        raise SpecViolation(self._fail_messages[k](value, bindings))
 
 
 def _allowed(v: str, d: Var) -> str:
@@ -496,6 +574,7 @@ def _body_source(sig: inspect.Signature, prefix: str) -> Tuple[List[str], List[s
     user's parameters to it, in order; the body's call of the target with the
     user's calling convention restored)."""
     body_params, forward_args, call = [], [], []
+    star = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
     for name, p in sig.parameters.items():
         local = prefix + name
         body_params.append(local)
@@ -504,7 +583,9 @@ def _body_source(sig: inspect.Signature, prefix: str) -> Tuple[List[str], List[s
             call.append(f"*{local}")
         elif p.kind is p.VAR_KEYWORD:
             call.append(f"**{local}")
-        elif p.kind is p.KEYWORD_ONLY:
+        elif p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty and not star):
+            # parameters with defaults by keyword, as callers pass them: decorators
+            # that fill them in from kwargs (transformers' config defaults) see them there
             call.append(f"{name}={local}")
         else:
             call.append(local)

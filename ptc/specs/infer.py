@@ -2,11 +2,16 @@
 
 From examples, each dimension (and each int argument) that changes between
 calls gets a variable, unless it equals an earlier one (same variable), is a
-linear function ``a*V + b`` of one (an expression), or the product of two;
-its range is what the examples showed, and a common divisor ``g > 1`` of all
-its values becomes the assumption ``Eq(V % g, 0)``. Dimensions that never
-change become fixed ints. Read the result (``print(spec)``) and widen the
-ranges to what the model really accepts.
+linear function ``a*V + b`` of one (an expression), the product of two, or
+the sum of two plus a constant. A dim that an earlier variable turns out to
+be the sum of (an attention mask's length ``P + T`` seen before the cache
+length ``P`` and the token count ``T``) is stated as that sum, so a variable
+stands for each length and the mask for their sum. Its range is what the
+examples showed, and a common divisor ``g > 1`` of all its values becomes
+the assumption ``Eq(V % g, 0)``. Dimensions that never change become fixed
+ints. Arguments are followed into containers and into the attributes of
+other objects (a KV-cache object's layers). Read the result
+(``print(spec)``) and widen the ranges to what the model really accepts.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ def infer_spec(fn: Callable, examples: Sequence[Any], *, kind: str = "backed") -
 
     ``examples`` holds calls as ``(args, kwargs)`` pairs or as plain ``args``
     tuples; at least two are needed to tell dynamic dims from static ones.
+    For an ``nn.Module`` (instance or class) the keys are the parameters of its
+    ``forward`` (without ``self``), as ``@dynamic_spec`` on the class reads them.
     """
     if len(examples) < 2:
         raise SpecError("infer_spec: give at least two example calls")
-    sig = inspect.signature(fn)
+    sig = _signature(fn)
     calls = []
     for ex in examples:
         args, kwargs = ex if (isinstance(ex, tuple) and len(ex) == 2 and isinstance(ex[1], dict)) else (ex, {})
@@ -58,6 +65,13 @@ def infer_spec(fn: Callable, examples: Sequence[Any], *, kind: str = "backed") -
         expr = _relate(vals, roots)
         if expr is None:
             v = Var(_var_name(name, len(roots)), min=min(vals), max=max(vals), kind=kind)
+            split = _difference(vals, roots)
+            if split is not None:  # an earlier root x is v + z + c: state x that way
+                x, z, c = split
+                total = v + z + c
+                assigned = {k: _substitute(e, x, total) for k, e in assigned.items()}
+                assumptions = [a.xreplace({x: total}) for a in assumptions]
+                roots = [(r, rv) for r, rv in roots if r is not x]
             roots.append((v, vals))
             g = math.gcd(*vals)
             if g > 1:
@@ -67,6 +81,16 @@ def infer_spec(fn: Callable, examples: Sequence[Any], *, kind: str = "backed") -
     params = {p: _rebuild(structures[0][0][p], p, assigned) for p in structures[0][0]}
     params = {k: v for k, v in params.items() if v is not None}
     return Spec(params, assumptions=assumptions)
+
+
+def _signature(fn: Callable) -> inspect.Signature:
+    """The signature calls bind to: a module's ``forward`` (``self`` dropped for a class)."""
+    if isinstance(fn, torch.nn.Module):
+        return inspect.signature(fn.forward)
+    if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+        params = list(inspect.signature(fn.forward).parameters.values())[1:]
+        return inspect.Signature(params)
+    return inspect.signature(fn)
 
 
 def _relate(vals: List[int], roots: List[Tuple[Var, List[int]]]) -> Optional[Any]:
@@ -89,7 +113,29 @@ def _relate(vals: List[int], roots: List[Tuple[Var, List[int]]]) -> Optional[Any
         for w, rw in roots[i:]:
             if all(y == x * z for x, z, y in zip(rv, rw, vals)):
                 return v * w
+    for i, (v, rv) in enumerate(roots):
+        for w, rw in roots[i + 1 :]:
+            offsets = {y - x - z for x, z, y in zip(rv, rw, vals)}
+            if len(offsets) == 1:
+                return v + w + offsets.pop()
     return None
+
+
+def _difference(vals: List[int], roots: List[Tuple[Var, List[int]]]) -> Optional[Tuple[Var, Var, int]]:
+    """``(x, z, c)`` with roots ``x == vals + z + c`` in every example (a mask's
+    length, seen before the cache length it adds to), or None."""
+    for x, rx in roots:
+        for z, rz in roots:
+            if z is x:
+                continue
+            offsets = {a - y - b for a, y, b in zip(rx, vals, rz)}
+            if len(offsets) == 1:
+                return x, z, offsets.pop()
+    return None
+
+
+def _substitute(expr: Any, var: Var, value: Any) -> Any:
+    return expr.xreplace({var: value}) if isinstance(expr, sympy.Basic) else expr
 
 
 def _var_name(slot: str, index: int) -> str:
@@ -98,11 +144,21 @@ def _var_name(slot: str, index: int) -> str:
     return name if name.isidentifier() else f"d{index}"
 
 
+_OBJECT_DEPTH = 6  # how deep attributes of objects are followed
+
+
 def _structure(arguments: Mapping[str, Any]):
-    """(shape tree, [(slot name, value)]) of one call."""
+    """(shape tree, [(slot name, value)]) of one call.
+
+    Tensors, ints, mappings, lists and tuples are followed, and so are the
+    public attributes (``vars``) of other objects, such as a KV-cache object
+    holding its layers' tensors (not of modules, classes or functions, and at
+    most ``_OBJECT_DEPTH`` objects deep). The spec describes an object as a
+    dict, which ``@dynamic_spec`` matches against its attributes.
+    """
     slots: List[Tuple[str, int]] = []
 
-    def walk(value: Any, path: str) -> Any:
+    def walk(value: Any, path: str, depth: int = 0, active: frozenset = frozenset()) -> Any:
         if isinstance(value, torch.Tensor):
             for j, size in enumerate(value.shape):
                 slots.append((f"{path}_{j}", int(size)))
@@ -111,13 +167,32 @@ def _structure(arguments: Mapping[str, Any]):
             slots.append((path, value))
             return ("int",)
         if isinstance(value, Mapping):
-            return ("dict", tuple((k, walk(v, f"{path}_{k}")) for k, v in value.items()))
+            return ("dict", tuple((k, walk(v, f"{path}_{k}", depth, active)) for k, v in value.items()))
         if isinstance(value, (list, tuple)):
-            return (type(value).__name__, tuple(walk(v, f"{path}_{i}") for i, v in enumerate(value)))
+            return (type(value).__name__, tuple(walk(v, f"{path}_{i}", depth, active) for i, v in enumerate(value)))
+        if _is_plain_object(value) and depth < _OBJECT_DEPTH and id(value) not in active:
+            inner = active | {id(value)}
+            attrs = tuple(
+                (k, walk(v, f"{path}_{k}", depth + 1, inner))
+                for k, v in vars(value).items()
+                if isinstance(k, str) and not k.startswith("_")
+            )
+            return ("object", type(value).__qualname__, attrs)
         return ("other",)
 
     tree = {name: walk(value, name) for name, value in arguments.items()}
     return tree, slots
+
+
+def _is_plain_object(value: Any) -> bool:
+    """An instance whose attributes may hold call inputs: not a module, class, function or other module-level thing."""
+    import types
+
+    if isinstance(value, (torch.nn.Module, type, types.ModuleType, types.FunctionType, types.MethodType)):
+        return False
+    if isinstance(value, (str, bytes, float, complex, bool, torch.dtype, torch.device)) or value is None:
+        return False
+    return hasattr(value, "__dict__")
 
 
 def _rebuild(shape: Any, path: str, assigned: Dict[str, Any]) -> Any:
@@ -126,8 +201,8 @@ def _rebuild(shape: Any, path: str, assigned: Dict[str, Any]) -> Any:
         return TensorSpec(*[assigned[f"{path}_{j}"] for j in range(shape[1])])
     if kind == "int":
         return assigned[path]
-    if kind == "dict":
-        children = {k: _rebuild(s, f"{path}_{k}", assigned) for k, s in shape[1]}
+    if kind in ("dict", "object"):
+        children = {k: _rebuild(s, f"{path}_{k}", assigned) for k, s in shape[-1]}
         return {k: v for k, v in children.items() if v is not None} or None
     if kind in ("list", "tuple"):
         children = [_rebuild(s, f"{path}_{i}", assigned) for i, s in enumerate(shape[1])]

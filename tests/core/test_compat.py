@@ -39,6 +39,8 @@ GROUND_TRUTH = {
         "COMPILE_SOURCE_LISTS": True,
         "MARK_DYNAMIC_SPECIALIZE_ON": True,
         "SHAPE_GUARD_STACKS": True,
+        "FP4_DTYPE": True,
+        "INDUCTOR_EXTERN_KERNEL_REGISTRY": True,
     },
     "2.14.1": {
         "NATIVE_SWITCH_HOP": True,
@@ -71,6 +73,8 @@ GROUND_TRUTH = {
         "COMPILE_SOURCE_LISTS": True,
         "MARK_DYNAMIC_SPECIALIZE_ON": True,
         "SHAPE_GUARD_STACKS": True,
+        "FP4_DTYPE": True,
+        "INDUCTOR_EXTERN_KERNEL_REGISTRY": True,
     },
 }
 RELEASE = torch.__version__.split("+")[0]
@@ -128,3 +132,81 @@ def test_probes_are_cached():
     before = probe.check.cache_info().hits
     probe.check()
     assert probe.check.cache_info().hits == before + 1
+
+
+def test_is_tracing_sees_every_tracer():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.ones(3)
+    assert _compat.is_tracing() is False and _compat.is_tracing(x) is False
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(x)
+        assert _compat.is_tracing() is True  # a dispatch mode is active
+    assert _compat.is_tracing(fake) is True  # a fake value, outside its mode
+    seen = {}
+
+    def f(t):
+        seen["make_fx"] = _compat.is_tracing(t)
+        return t + 1
+
+    make_fx(f)(x)
+
+    def g(t):
+        seen["dynamo"] = _compat.is_tracing()
+        return t + 1
+
+    torch.compile(g, backend="eager", fullgraph=True)(x)
+    assert seen == {"make_fx": True, "dynamo": True}
+
+
+
+def test_dynamo_compiles_no_frame_of_is_tracing():
+    """Frames Dynamo runs as plain Python (ptc.specs' wrappers) call is_tracing: it must add no frame."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    def inner(x):
+        return x + 1
+
+    def outer(x):
+        _compat.is_tracing()
+        return inner(x)
+
+    _compat.skip_frame(outer.__code__)
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(outer, backend="eager")(torch.ones(2))
+    assert counters["frames"]["total"] == 1  # inner only
+
+def test_unwrap_functorch_finds_vmap_levels():
+    x = torch.ones(2, 3)
+    assert _compat.unwrap_functorch(x) == (x, False)
+    found = []
+    torch.vmap(lambda row: found.append(_compat.unwrap_functorch(row)[1]) or row)(x)
+    assert found == [True]
+
+
+def test_small_accessors():
+    assert _compat.torch_dtype("bfloat16") is torch.bfloat16
+    assert _compat.torch_dtype("no_such_dtype") is None and _compat.torch_dtype("nn") is None
+    aten = torch.ops.aten
+    assert _compat.aten_overloads("add.Tensor", "no_such_op", "neg", "add.no_such_overload") == [
+        aten.add.Tensor, aten.neg.default]
+
+
+def test_feature_modules_leave_torch_internals_to_compat():
+    """The modules issue 29 cleaned probe no torch internals of their own (ptc._compat does)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(_compat.__file__).parent
+    files = [root / p for p in ("gemm/problem.py", "gemm/inductor.py", "gemm/blockscale.py",
+                                "cudagraph/cuda_nodes.py", "specs/api.py", "control_flow/switch.py")]
+    files += sorted((root / "complex" / "rules").glob("*.py"))
+    leak = re.compile(r"hasattr\(torch\b|getattr\(torch\b|torch\._C\.|torch\._subclasses|__version__|\._registry\b"
+                      r"|getattr\(aten\b|getattr\(V\.")
+    found = [f"{f.relative_to(root)}:{n}: {line.strip()}"
+             for f in files for n, line in enumerate(f.read_text().splitlines(), 1)
+             if leak.search(line) and not line.lstrip().startswith(("#", '"', "'")) and "requirement=" not in line]
+    assert not found, "\n".join(found)

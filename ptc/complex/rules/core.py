@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from ptc import _compat
 from ptc.complex.codegen import inline_hypot as _inline_hypot
 from ptc.complex.pair import Pair, complex_dtype, real_dtype
 
@@ -68,16 +69,7 @@ def lookup(op) -> Optional[Rule]:
 
 def _ops(*names) -> List[torch._ops.OpOverload]:
     """Overloads by "name.overload" that exist in this torch (some differ by release)."""
-    found = []
-    for name in names:
-        packet, _, overload = name.partition(".")
-        pk = getattr(aten, packet, None)
-        if pk is None:
-            continue
-        op = getattr(pk, overload or "default", None)
-        if op is not None:
-            found.append(op)
-    return found
+    return _compat.aten_overloads(*names)
 
 
 # ---------------------------------------------------------------------------
