@@ -11,7 +11,7 @@ Sizes are capped (``max_size``) so generated tensors stay small.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 from hypothesis import strategies as st
@@ -21,7 +21,7 @@ from ptc.specs.api import spec_of
 from ptc.specs.binding import BoundSpec
 from ptc.specs.expr import to_python
 from ptc.specs.lowering import divisors as lowering_divisors
-from ptc.specs.spec import TensorSpec, _vars_of
+from ptc.specs.spec import TensorSpec
 from ptc.specs.variables import STATIC, Var
 
 __all__ = ["bindings", "valid_calls", "invalid_calls"]
