@@ -37,6 +37,29 @@ member and takes the group's state, even if it had applied a step the others
 abandoned.  Afterwards the state checksums are compared again: they must be
 equal on every member (checked, :class:`StateDivergence` otherwise).
 
+What the source broadcasts, so that a joiner (or a member that was behind)
+cannot be told apart from the others afterwards: the model (parameters and
+buffers), the optimizer's state dict, the step and the history, each
+``extra_state`` object's state dict (LR schedulers, a GradScaler, a
+stateful sampler), and, with ``sync_rng=True`` (the default), the source's
+global random number generators: torch's CPU generator, numpy's global
+``RandomState`` (when numpy is importable) and Python's ``random``.
+Receiving it is equivalent to::
+
+    model.load_state_dict(source.model.state_dict()); optimizer.load_state_dict(...)
+    step, history = source.step, source.history
+    for obj, src in zip(extra_state, source.extra_state): obj.load_state_dict(src.state_dict())
+    torch.set_rng_state(source_torch_rng); numpy.random.set_state(source_numpy_rng); random.setstate(source_python_rng)
+
+The random states are not part of the checksum: a generation change in
+which no state moves (everyone was in sync) leaves each member its own
+streams, and code drawing different amounts on different members (per-worker
+augmentation) does not force a broadcast.  Pass ``sync_rng=False`` where each
+worker's streams are meant to differ (seeded per worker) and must stay so;
+CUDA generators and ``torch.Generator``/``numpy.random.Generator`` objects of
+your own are never moved (put such an object in ``extra_state`` through a
+small wrapper with ``state_dict``/``load_state_dict``).
+
 The gradients travel in their own dtype, as with DDP (complex ones as their
 real view; a model mixing dtypes is sent as float64), and the vote travels
 with them in that dtype: its sums are small integers, exact in any float
@@ -131,6 +154,45 @@ def state_checksum(tensors: List[torch.Tensor], step: int) -> int:
     return crc
 
 
+def rng_state() -> Dict[str, Any]:
+    """This process's global random states (torch's CPU generator, numpy's global ``RandomState`` when
+    numpy is importable, Python's ``random``) as tensors, ints, floats and strings: what
+    ``torch.load(weights_only=True)`` accepts.  :func:`set_rng_state` restores it."""
+    import random
+
+    version, internal, gauss_next = random.getstate()
+    state: Dict[str, Any] = {"torch": torch.get_rng_state(),
+                             "python": {"version": int(version), "state": [int(x) for x in internal],
+                                        "gauss_next": None if gauss_next is None else float(gauss_next)}}  # fmt: skip
+    try:
+        import numpy
+    except ImportError:
+        return state
+    name, keys, pos, has_gauss, cached = numpy.random.get_state(legacy=True)
+    state["numpy"] = {"name": str(name), "keys": torch.from_numpy(numpy.asarray(keys, dtype=numpy.int64)),
+                      "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}  # fmt: skip
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Make this process's global random states :func:`rng_state`'s ``state`` (numpy's only where
+    both sides have numpy)."""
+    import random
+
+    torch.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"]), py["gauss_next"]))
+    if state.get("numpy") is None:
+        return
+    try:
+        import numpy
+    except ImportError:
+        return
+    np_state = state["numpy"]
+    numpy.random.set_state((np_state["name"], np_state["keys"].numpy().astype(numpy.uint32), np_state["pos"],
+                            np_state["has_gauss"], np_state["cached_gaussian"]))  # fmt: skip
+
+
 class Trainer:
     """Fault-tolerant training steps for ``model`` and ``optimizer`` on ``group``.
 
@@ -143,12 +205,21 @@ class Trainer:
     the model and the optimizer whenever :meth:`sync_state` moves state (to a
     joiner, to a member that missed a commit); they are not part of the
     checksum, so they must follow from the committed steps (as a scheduler
-    stepped once per step does).
+    stepped once per step does).  ``sync_rng``: whether the source's global
+    random states (torch's CPU generator, numpy's global ``RandomState``,
+    Python's ``random``) travel with that state and replace the receivers'
+    (see the module docstring); every member should pass the same.  State
+    can be sent from inside the source's :meth:`run_step`, after its commit
+    but before what its caller does after ``run_step`` returns: keep a
+    scheduler in line with the step (``if scheduler.last_epoch < trainer.step:
+    scheduler.step()`` after each ``run_step``), or update objects in
+    ``before_step``, which runs before the state can move.
     """
 
     def __init__(self, group: FaultTolerantGroup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
                  ddp: bool = False, ddp_options: Optional[Dict[str, Any]] = None, ddp_hook: str = "auto",
-                 report_steps: bool = False, extra_state: Sequence[Any] = ()) -> None:  # fmt: skip
+                 report_steps: bool = False, extra_state: Sequence[Any] = (),
+                 sync_rng: bool = True) -> None:  # fmt: skip
         if not isinstance(group, FaultTolerantGroup):
             raise PtcTypeError(f"group: expected a FaultTolerantGroup, got {type(group).__name__}")
         if not isinstance(model, torch.nn.Module):
@@ -161,7 +232,10 @@ class Trainer:
             if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
                 raise PtcTypeError(f"extra_state[{i}]: expected an object with state_dict() and load_state_dict() "
                                    f"(an LR scheduler, a GradScaler), got {type(obj).__name__}")  # fmt: skip
+        if not isinstance(sync_rng, bool):
+            raise PtcTypeError(f"sync_rng: expected a bool, got {type(sync_rng).__name__}")
         self.extra_state = list(extra_state)
+        self.sync_rng = sync_rng
         self.group = group
         self.module = model
         self.optimizer = optimizer
@@ -244,8 +318,8 @@ class Trainer:
         if ft.rank == source:
             buffer = io.BytesIO()
             torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                        "history": self.history, "extra": [obj.state_dict() for obj in self.extra_state]},
-                       buffer)  # fmt: skip
+                        "history": self.history, "extra": [obj.state_dict() for obj in self.extra_state],
+                        "rng": rng_state() if self.sync_rng else None}, buffer)  # fmt: skip
             payload = buffer.getvalue()
         length = torch.tensor([len(payload)], dtype=torch.int64)
         ft.broadcast(length, source)
@@ -264,6 +338,8 @@ class Trainer:
             self.history = [(int(s), int(g), tuple(int(m) for m in ms)) for s, g, ms in state["history"]]
             for obj, obj_state in zip(self.extra_state, state["extra"]):
                 obj.load_state_dict(obj_state)
+            if self.sync_rng and state.get("rng") is not None:
+                set_rng_state(state["rng"])
         return int(length[0])
 
     # --- steps -----------------------------------------------------------------
