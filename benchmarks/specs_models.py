@@ -169,7 +169,7 @@ def _decoder_points(min_t: int = 1) -> Tuple[List[Point], Point, List[Point], Li
         {"B": b, "T": t, "P": p}
         for b, t, p in [(1, 1, 1), (2, 1, 8), (1, 5, 3), (3, 27, 50), (8, 32, 63), (5, 1, 2), (4, 12, 29), (6, 2, 58)]
     ]
-    infer = [{"B": 2, "T": 4, "P": 3}, {"B": 8, "T": 32, "P": 64}, {"B": 1, "T": 1, "P": 1}]
+    infer = [{"B": 2, "T": 5, "P": 3}, {"B": 8, "T": 32, "P": 64}, {"B": 1, "T": 1, "P": 1}]
     low = {"T": min_t}
     return _at_least(compile_points, low), {"B": 2, "T": 3, "P": 5}, _at_least(unseen, low), _at_least(infer, low)
 
@@ -261,7 +261,7 @@ def bert_case(kind: str) -> Case:
     )
 
     def spec():
-        B, T = Var("B", min=1, max=8, kind=kind), Var("T", min=2, max=64, kind=kind)
+        B, T = Var("B", min=1, max=8, kind=kind), Var("T", min=1, max=64, kind=kind)
         return {"input_ids": tensor(B, T), "attention_mask": tensor(B, T), "token_type_ids": tensor(B, T)}, []
 
     def call(pt, seed):
@@ -275,13 +275,13 @@ def bert_case(kind: str) -> Case:
         torch.manual_seed(0)
         return BertModel(config).eval()
 
-    cp, ep, unseen, inf = _encoder_points(min_t=2)
+    cp, ep, unseen, inf = _encoder_points()
     return Case(
         "bert", "transformers BertModel (2 layers, 64 wide)", build, spec, call,
         lambda out: [out.last_hidden_state, out.pooler_output], cp, ep, unseen, inf,
-        why="T >= 2: the attention branches on one token (ptc.specs.explain with T from 1: 'T must be at least 2, "
-        "imposed at transformers/integrations/sdpa_attention.py (is_causal = q_length > 1 and ...)'); export with "
-        "Dim(min=1) assumes T=1 takes the T>=2 branch without checking it",
+        why="T from 1: the attention branches on one token (ptc.specs.explain: 'T must be at least 2, imposed at "
+        "transformers/integrations/sdpa_attention.py (is_causal = q_length > 1 and ...)'), the same result either "
+        "way here; ptc.specs.export says so and exports as torch.export does",
     )
 
 

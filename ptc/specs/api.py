@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -24,6 +25,8 @@ from ptc.specs.lowering import (
     to_native,
 )
 from ptc.specs.spec import Spec
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["dynamic_spec", "export", "explain", "spec_of", "check"]
 
@@ -291,7 +294,10 @@ def export(
     into assertions too). The program saves and loads with
     ``torch.export.save``/``load``. Scalar int arguments are constants, as in
     torch.export. When a variable's range admits 0 or 1, the export traces
-    size-obliviously, so the program accepts those sizes too.
+    size-obliviously, so the program accepts those sizes too; where the
+    model's code treats them apart (a constraint that excludes only 0 and 1),
+    it logs that constraint and exports as ``torch.export`` does (assuming
+    such sizes take the larger sizes' branch, unchecked).
 
     Where the model's own code constrains the variables beyond the spec
     (torch's constraint violation), this raises ``SpecConstraintError``
@@ -299,8 +305,9 @@ def export(
     """
     kwargs = dict(kwargs or {})
     check(obj, *args, **kwargs)
+    names: Dict[str, Any] = {}
     try:
-        return _export(obj, tuple(args), kwargs, strict, {})
+        program = _export(obj, tuple(args), kwargs, strict, names)
     except Exception as e:
         if diagnose.violation(e) is None:
             raise
@@ -308,6 +315,21 @@ def export(
         if not found:
             raise
         raise diagnose.constraint_error(f"ptc.specs.export({_qualname(obj)})", found) from e
+    bound = _require_spec(obj)
+    if any(v.min <= 1 for v in bound.spec.vars):
+        apart = [c for c in diagnose.constraints(bound, names, diagnose.shape_env(program)) if c.small_sizes]
+        if apart:
+            # The model's code branches on a size being 0 or 1, so the size-oblivious
+            # program refuses those sizes. torch.export's own answer: trace assuming
+            # they take the larger sizes' branch (unchecked; eager may differ there).
+            _log.warning(
+                "ptc.specs.export(%s): the model's code treats sizes 0 and 1 apart (%s); exported as torch.export "
+                "does, assuming such sizes take the branch of larger ones (unchecked: see ptc.specs.explain for "
+                "the model's source line, or raise the variable's min to state it)",
+                _qualname(obj), "; ".join(c.rule for c in apart),
+            )
+            program = _export(obj, tuple(args), kwargs, strict, {}, size_oblivious=False)
+    return program
 
 
 def explain(obj: Any, *args: Any, **kwargs: Any) -> List["diagnose.Constraint"]:
@@ -340,15 +362,17 @@ def _explain(obj: Any, args: tuple, kwargs: dict, *, strict: bool) -> List["diag
     return diagnose.constraints(_require_spec(obj), names, diagnose.shape_env(outcome), events)
 
 
-def _export(obj: Any, args: tuple, kwargs: dict, strict: bool, names: Dict[str, Any]) -> "torch.export.ExportedProgram":
-    """``torch.export.export`` of a checked call; ``names`` gets the ``Dim`` names (``lowering.dynamic_shapes``)."""
+def _export(obj: Any, args: tuple, kwargs: dict, strict: bool, names: Dict[str, Any], *,
+            size_oblivious: bool = True) -> "torch.export.ExportedProgram":
+    """``torch.export.export`` of a checked call; ``names`` gets the ``Dim`` names (``lowering.dynamic_shapes``).
+    Traced size-obliviously where a variable admits 0 or 1, unless ``size_oblivious=False``."""
     bound = _require_spec(obj)
     if isinstance(obj, torch.nn.Module):
         shapes = dynamic_shapes(bound, (obj,) + args, kwargs, skip_first=True, dim_names=names)
     else:
         shapes = dynamic_shapes(bound, args, kwargs, dim_names=names)
     module = obj if isinstance(obj, torch.nn.Module) else _function_module(obj, bound)
-    small_sizes = any(v.min <= 1 for v in bound.spec.vars)
+    small_sizes = size_oblivious and any(v.min <= 1 for v in bound.spec.vars)
     saved = snapshot_attributes(pytree.tree_leaves((list(args), kwargs)))  # export rewrites their marks
     _EXPORTING_WITH_SPEC[0] = True
     try:

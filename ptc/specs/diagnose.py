@@ -53,6 +53,7 @@ class Constraint:
     rule: str
     where: Optional[str]
     fix: str
+    small_sizes: bool = False  # it excludes only sizes 0 and 1 of its one variable (the model treats them apart)
 
     def __str__(self) -> str:
         at = f", imposed at {self.where}" if self.where else ""
@@ -139,7 +140,8 @@ def constraints(
     out = []
     for vs, group in groups.items():
         rule, fix = ctx.classify(vs, [f for _, f in group])
-        out.append(Constraint(tuple(v.name for v in vs), rule, _where([t for t, _ in group], events), fix))
+        small = len(vs) == 1 and ctx.excludes_only_small_sizes(vs[0], [f for _, f in group])
+        out.append(Constraint(tuple(v.name for v in vs), rule, _where([t for t, _ in group], events), fix, small))
     return out
 
 
@@ -290,15 +292,28 @@ class _Context:
         at = self.bound.sources.get(later, later.name)
         return f"{later.name} must equal {other} (the model requires it)", f"{at}: use {other} instead of {later.name}"
 
-    def _one_var(self, v: Var, facts: List[Any]) -> Optional[Tuple[str, str]]:
-        """The rule for facts whose truth depends on ``v`` alone (others set to any valid value)."""
+    def _allowed(self, v: Var, facts: List[Any], values: Sequence[int]) -> List[int]:
+        """The values of ``v`` among ``values`` for which ``facts`` can hold (others set to any valid value)."""
         every = sorted({u for f in facts for s in f.free_symbols for u in _vars_of(self.values[s])}, key=lambda u: u.uid)
-        values = self.samples(v, _SAMPLES)
         allowed = []
         for x in values:
             a = next(self.assignments(every, {v: x}, few=True), None)
             if a is not None and all(self.holds(f, a) for f in facts):
                 allowed.append(x)
+        return allowed
+
+    def excludes_only_small_sizes(self, v: Var, facts: List[Any]) -> bool:
+        """Do ``facts`` refuse some of ``v``'s valid sizes 0 and 1 and no larger one?"""
+        if v.min > 1:
+            return False
+        values = self.samples(v, _SAMPLES)
+        allowed = set(self._allowed(v, facts, values))
+        return any(x not in allowed for x in values if x <= 1) and all(x in allowed for x in values if x > 1)
+
+    def _one_var(self, v: Var, facts: List[Any]) -> Optional[Tuple[str, str]]:
+        """The rule for facts whose truth depends on ``v`` alone (others set to any valid value)."""
+        values = self.samples(v, _SAMPLES)
+        allowed = self._allowed(v, facts, values)
         if not allowed or len(allowed) == len(values):
             return None
         if len(allowed) == 1:

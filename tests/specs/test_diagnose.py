@@ -228,3 +228,57 @@ def test_without_guard_stacks_the_constraint_is_named_without_a_line(monkeypatch
     (found,) = explain(heads, torch.ones(2, 32, 4))
     assert (found.rule, found.where) == ("T must be a multiple of 8", None)
     assert str(found) == "T must be a multiple of 8; fix: assumptions=[Eq(T % 8, 0)]"
+
+
+N = Var("N", min=1, max=8)
+
+
+@dynamic_spec(x=tensor(N, 4))
+def one_row_apart(x):
+    if x.shape[0] > 1:  # the same value either way: sizes of 1 take their own branch
+        return x * 2
+    return x + x
+
+
+@dynamic_spec(x=tensor(N, 4))
+def one_row_differs(x):
+    if x.shape[0] > 1:
+        return x * 2
+    return x - 1  # a size of 1 really computes something else
+
+
+def test_a_branch_on_size_one_exports_as_torch_does_and_says_so(caplog):
+    """The model treats N=1 apart: the size-oblivious program would refuse N=1 (a raw
+    'Guard failed' at the call), so ptc exports as torch.export does and logs why."""
+    with caplog.at_level("WARNING", logger="ptc.specs.api"):
+        program = export(one_row_apart, (torch.randn(3, 4),))
+    assert "treats sizes 0 and 1 apart (N must be at least 2)" in caplog.text
+    for n in (1, 2, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(program.module()(x), one_row_apart(x))
+    (found,) = explain(one_row_apart, torch.randn(3, 4))
+    assert found.small_sizes and found.rule == "N must be at least 2"
+
+
+def test_the_fallback_is_torchs_own_program():
+    """Where size 1 really differs, the fallback program answers as torch.export's does
+    (the larger sizes' branch): ptc is no worse than torch there, and said why."""
+    program = export(one_row_differs, (torch.randn(3, 4),))
+    stock = torch.export.export(_Wrap(one_row_differs.__wrapped__), (torch.randn(3, 4),),
+                                dynamic_shapes={"x": {0: torch.export.Dim("N", min=1, max=8)}})
+    x = torch.randn(1, 4)
+    torch.testing.assert_close(program.module()(x), stock.module()(x))
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def test_a_constraint_beyond_small_sizes_is_not_a_small_size_one():
+    (found,) = explain(heads, torch.randn(2, 32, 4))
+    assert not found.small_sizes
