@@ -427,20 +427,23 @@ class Coordinator:
             self._reject(conn, f"no hello within hello_timeout = {self.hello_timeout:g} s")
 
     def _drop(self, conn: _Conn, why: str) -> None:
-        """A connection ended: a failure unless the worker said goodbye."""
-        self._close(conn)
-        worker = conn.worker
-        if worker is None or self._workers.get(worker) is not conn:
-            return
-        del self._workers[worker]
-        if conn.leaving:
-            self._event("left", worker=worker)
-            if worker in self._joiners:
-                self._joiners.remove(worker)
-            if self.members and not self._alive_members():
-                self._finish()
-            return
-        self._lost(worker, why)
+        """A connection ended: a failure unless the worker said goodbye.  The membership is updated
+        before the socket is closed, so whoever sees the close sees the coordinator's new state."""
+        try:
+            worker = conn.worker
+            if worker is None or self._workers.get(worker) is not conn:
+                return
+            del self._workers[worker]
+            if conn.leaving:
+                self._event("left", worker=worker)
+                if worker in self._joiners:
+                    self._joiners.remove(worker)
+                if self.members and not self._alive_members():
+                    self._finish()
+                return
+            self._lost(worker, why)
+        finally:
+            self._close(conn)
 
     def _finish(self) -> None:
         """Every member left cleanly: the job is over; joiners still waiting are told so."""
@@ -623,6 +626,9 @@ class Coordinator:
         if len(self._ready) == len(self.members):
             self._ready_deadline = None
             message = {"t": "go", "gen": gen, "handles": [self._ready[m] for m in self.members]}
+            # on the timeline: from here the members connect; a failure before they all did dooms the
+            # generation (the next one's announcement tells them to abandon it: FaultTolerantGroup._arrive)
+            self._event("go", gen=gen, size=len(self.members))
             for m in self.members:
                 self._send(self._workers[m], message)
 

@@ -41,6 +41,20 @@ the new generation.  Two engines do the reconnect (:mod:`ptc.distributed.ft.gloo
 
 ``engine="auto"`` takes ``native`` where torch has it
 (``ptc._compat.GLOO_RECONFIGURE``), else ``rebuild``.
+
+A generation can be doomed while its members connect: a member dies after
+saying ``ready`` (the coordinator had sent ``go``), and the coordinator
+announces the next generation at once.  Both engines rendezvous through the
+store inside one blocking C++ call that only ends with ``reconfigure_timeout``
+(2 s by default) when a member never arrives, and nothing that call does can
+be interrupted safely.  So the members first meet in the store themselves
+(:meth:`FaultTolerantGroup._arrive`: each sets its key of the generation, then
+checks for the others' in short slices, woken by the coordinator's news in
+between) and call the engine only once every member is there: a member that
+died before arriving costs the survivors the time the coordinator's news takes
+(milliseconds), not ``reconfigure_timeout``.  Only a member that dies inside
+the engine's own connect (after arriving, a window of a few milliseconds)
+still costs the timeout.
 """
 
 from __future__ import annotations
@@ -74,6 +88,13 @@ GROW_GRACE_S = 0.25
 # broadcast comes after detection, 20-30 ms after a crash here, by when the wait has switched).
 # Never 0: c10d reads a zero timeout as "no timeout" (kNoTimeout) and would wait forever.
 FAST_WAIT = datetime.timedelta(milliseconds=20)
+
+
+# How often a member polls the store for the others' arrival keys before connecting a generation
+# (see _arrive): the first check is immediate, then the pause doubles from MIN to MAX.  News from the
+# coordinator (a newer generation: this one is doomed) ends the wait at once, whatever the pause.
+ARRIVE_POLL_MIN_S = 0.001
+ARRIVE_POLL_MAX_S = 0.02
 
 
 # How long to wait before connecting again when the coordinator closed a connection before its
@@ -579,6 +600,14 @@ class FaultTolerantGroup:
                 continue  # superseded, fenced or lost: loop decides
             rank = news.rank_of(self.worker_id)
             try:
+                arrived = self._arrive(news, rank)
+                if arrived is None:  # doomed (superseded), fenced or lost before everyone arrived: loop decides
+                    self._event("connect_abandoned", gen=news.number,
+                                waited_ms=round((time.monotonic() - started) * 1000, 2))  # fmt: skip
+                    continue
+                if not arrived:
+                    raise PtcError(f"not every member of generation {news.number} arrived within "
+                                   f"reconfigure_timeout = {self._reconfigure_timeout.total_seconds():g} s")  # fmt: skip
                 new_pg = self._engine.connect(news.number, rank, len(news.members), handles, self._reconfigure_timeout)
                 self._connect_subgroups(news)
             except Exception as exc:  # noqa: BLE001 - a member died mid-connect: report, take the next generation
@@ -592,6 +621,39 @@ class FaultTolerantGroup:
             self._event("reconfigured", gen=news.number, rank=rank, size=len(news.members),
                         dt_ms=round((time.monotonic() - started) * 1000, 2), engine=self.engine)  # fmt: skip
             return news
+
+    def _arrive(self, news: Generation, rank: int) -> Optional[bool]:
+        """Meet the other members of ``news`` in the store before the engine connects them.
+
+        Sets this member's arrival key of the generation (a prefix no other generation uses), then
+        checks for every other member's, first at once, then in slices of ``ARRIVE_POLL_MIN_S``
+        growing to ``ARRIVE_POLL_MAX_S``, waiting between checks on the link, so that news from the
+        coordinator ends the wait at once.  True when every member arrived (the engine's connect
+        then finds them all); None when a newer generation was announced (this one is doomed: a
+        member failed), this worker was fenced or the coordinator is lost; False when
+        ``reconfigure_timeout`` passed first.  Store errors propagate (as the connect's would).
+        """
+        link = self._link
+        prefix = f"ptc_ft/arrive/g{news.number}/"
+        self._store.set(prefix + str(rank), "1")
+        others = [prefix + str(r) for r in range(len(news.members)) if r != rank]
+
+        def doomed() -> bool:
+            return self._superseded(news) or link.fenced is not None or link.lost
+
+        limit = time.monotonic() + self._reconfigure_timeout.total_seconds()
+        pause = ARRIVE_POLL_MIN_S
+        while True:
+            if doomed():
+                return None
+            if not others or self._store.check(others):
+                return True
+            left = limit - time.monotonic()
+            if left <= 0:
+                return False
+            with link.cond:
+                link.cond.wait_for(doomed, timeout=min(pause, left))
+            pause = min(pause * 2, ARRIVE_POLL_MAX_S)
 
     def fault_point(self, point: str, at: int, rank: Optional[int]) -> None:
         """Fire the faults of the plan (``faults=``, see :mod:`ptc.distributed.ft.faults`) due here."""

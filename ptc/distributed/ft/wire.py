@@ -89,7 +89,7 @@ RESERVED_EVENT_FIELDS = frozenset({"time", "who", "event", "worker"})
 RESERVED_EVENT_NAMES = frozenset({"hello", "refused", "rejected", "generation", "worker_failed", "left",
                                   "job_finished", "waiting_for_workers", "not_ready", "internal_error",
                                   "accept_paused", "rejections_suppressed", "coordinator_exit", "spawn",
-                                  "sigcont"})  # fmt: skip
+                                  "sigcont", "go"})  # fmt: skip
 
 
 class ProtocolError(ValueError):
