@@ -304,6 +304,26 @@ def test_connections_without_hello_are_capped_the_oldest_goes_first(running, mon
         p.close()
 
 
+def test_a_whole_job_connecting_at_once_is_not_capped(monkeypatch):
+    """The cap on connections without a hello is at least the world size: a job whose
+    members all connect before any of them says hello loses nobody."""
+    monkeypatch.setattr(ft_coordinator, "MAX_PENDING", 4)
+    c = _start(world_size=8, hello_timeout=5.0)
+    try:
+        peers = [Peer(c) for _ in range(8)]
+        time.sleep(0.3)
+        assert len(c._pending) == 8
+        for i, p in enumerate(peers):
+            p.hello(i, world=8).expect("welcome")
+        assert not c._pending and len(c._workers) == 8
+        extra = [Peer(c) for _ in range(9)]  # beyond the world size: the oldest silent one goes
+        assert extra[0].closed_by_coordinator(2)
+        for p in peers + extra:
+            p.close()
+    finally:
+        c.stop()
+
+
 def test_rejections_are_logged_at_a_bounded_rate(running, monkeypatch):
     c, a, b = running
     monkeypatch.setattr(ft_coordinator, "REJECTIONS_LOGGED_PER_S", 3)

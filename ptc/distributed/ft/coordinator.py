@@ -56,15 +56,17 @@ are the coordinator's own configuration.  Every line is checked against
 :data:`wire.MAX_LINE` bytes, or no hello within ``hello_timeout`` closes
 that connection (a registered worker that does so is a failed worker) and
 is logged as ``rejected`` (at most ``REJECTIONS_LOGGED_PER_S`` a second, the
-rest counted).  At most ``MAX_PENDING`` connections wait for their hello
-(a new one closes the oldest); when ``accept`` runs out of descriptors the
+rest counted).  At most ``MAX_PENDING`` (or the world size, if larger)
+connections wait for their hello (a new one closes the oldest); when ``accept`` runs out of descriptors the
 listening socket rests for ``ACCEPT_BACKOFF`` seconds; an exception while
 handling one connection is logged (``internal_error``) and closes it.
 
 Scale: the coordinator holds one idle TCP connection per worker and handles
 ``N / heartbeat_interval`` tiny heartbeats a second (1000 workers at the
-default 0.1 s: 10k messages/s, one thread), and a membership change costs
-it ``2 N`` small messages; nothing it does grows faster than ``N``.  Across
+default 0.1 s: 10k messages/s, one thread; its timed checks run every
+``min(0.02, heartbeat_timeout / 4)`` seconds, not per message), and a
+membership change encodes two messages of ``O(N)`` bytes once each and
+sends them to the ``N`` members.  Across
 machines, bind it to a reachable address (``host=``) and pass that address
 to the workers; the per-generation cost that does grow is gloo's own
 full-mesh connect (``N - 1`` connections per worker).  For very large jobs
@@ -87,7 +89,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Union
 
 from ptc.distributed.ft import auth, wire
 from ptc.errors import PtcValueError
@@ -123,7 +125,7 @@ class _Conn:
 def _listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket bound to ``host`` (whatever address family it resolves to)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-    return socket.create_server((host, port), family=family, backlog=128)
+    return socket.create_server((host, port), family=family, backlog=socket.SOMAXCONN)
 
 
 def _seconds(name: str, value: Any) -> float:
@@ -222,6 +224,8 @@ class Coordinator:
         self.members: List[int] = []
         self._ready: Dict[int, str] = {}
         self._ready_deadline: Optional[float] = None  # until go: when the current generation's laggards are fenced
+        self._member_set: Set[int] = set()  # self.members as a set (membership tests)
+        self._next_tick = 0.0  # when the timed checks run next (serve)
         self._joiners: List[int] = []
         self._held: Optional[Dict[str, Any]] = None  # a generation waiting for min_workers
         self._suspect: Optional[tuple] = None  # (generation, reporter, deadline) of a reported failure
@@ -281,7 +285,10 @@ class Coordinator:
                     self._guarded(self._accept)
                 elif not key.data.closed:  # (closed by an earlier handler of this round)
                     self._guarded(self._read, key.data)
-            self._guarded(self._tick)
+            now = time.monotonic()
+            if now >= self._next_tick:  # not once per message: every tick seconds at most
+                self._next_tick = now + tick
+                self._guarded(self._tick)
             if exit_when_idle is not None:
                 seen_any = seen_any or bool(self._conns)
                 if self._conns or not seen_any:
@@ -338,9 +345,10 @@ class Coordinator:
         self._conns[conn.fd] = conn
         self._pending[conn.fd] = conn
         self._selector.register(sock, selectors.EVENT_READ, conn)
-        if len(self._pending) > MAX_PENDING:
+        limit = max(MAX_PENDING, self.world_size)  # a whole job may connect at once
+        if len(self._pending) > limit:
             oldest = next(iter(self._pending.values()))
-            self._reject(oldest, f"more than {MAX_PENDING} connections without a hello: the oldest is closed")
+            self._reject(oldest, f"more than {limit} connections without a hello: the oldest is closed")
         challenge = {"t": "challenge", "proto": wire.PROTOCOL, "nonce": conn.nonce, "auth": self.secret is not None}
         self._send(conn, challenge)
 
@@ -380,14 +388,15 @@ class Coordinator:
         except wire.ProtocolError as exc:
             self._reject(conn, str(exc))
 
-    def _send(self, conn: _Conn, message: Dict[str, Any]) -> None:
-        """Send one message, waiting at most ``SEND_TIMEOUT``; a peer that does not take it is
-        shut down (its end of file then drops it, in the loop, like any closed connection)."""
+    def _send(self, conn: _Conn, message: Dict[str, Any], data: Optional[bytes] = None) -> None:
+        """Send one message (``data``: its encoding, when already made), waiting at most
+        ``SEND_TIMEOUT``; a peer that does not take it is shut down (its end of file then
+        drops it, in the loop, like any closed connection)."""
         if conn.closed or conn.broken:
             return
         try:
             conn.sock.settimeout(SEND_TIMEOUT)
-            conn.sock.sendall(wire.encode(message))
+            conn.sock.sendall(data if data is not None else wire.encode(message))
         except OSError as exc:
             conn.broken = f"could not send to it ({type(exc).__name__})"
             try:
@@ -467,7 +476,7 @@ class Coordinator:
         self._event("worker_failed", worker=worker, why=why)
         if worker in self._joiners:
             self._joiners.remove(worker)
-        if worker in self.members:
+        if worker in self._member_set:
             survivors = self._alive_members()
             self._form(survivors + self._joiners, failed=[worker], reason=f"worker {worker} failed: {why}")
 
@@ -531,12 +540,12 @@ class Coordinator:
         elif kind == "fail":
             gen = message["gen"]
             self._event("collective_failed", worker=worker, gen=gen, err=message.get("err", ""))
-            if gen == self.generation and worker in self.members and self._suspect is None:
+            if gen == self.generation and worker in self._member_set and self._suspect is None:
                 # The reporter's transport often sees a crash a few ms before our connection does: give the
                 # liveness check a moment to name the dead worker before re-forming the same members.
                 self._suspect = (gen, worker, time.monotonic() + self.fail_grace)
         elif kind == "grow":
-            if message["gen"] == self.generation and worker in self.members:
+            if message["gen"] == self.generation and worker in self._member_set:
                 self._form(self.members + self._joiners, failed=[], reason="grow: admit waiting workers")
         elif kind == "event":
             self._record(message["name"], {"worker": worker, **message.get("data", {})})
@@ -607,20 +616,20 @@ class Coordinator:
             self._event("waiting_for_workers", have=len(members), need=self.min_workers)
             return
         self._held = None
-        joined = [m for m in members if m not in self.members]
+        joined = [m for m in members if m not in self._member_set]
         self.generation += 1
         self.members = members
+        self._member_set = set(members)
         self._joiners = [j for j in self._joiners if j not in members]
         self._ready = {}
         self._ready_deadline = time.monotonic() + self.ready_timeout
         message = {"t": "gen", "gen": self.generation, "members": members, "failed": failed,
                    "joined": joined, "reason": reason[: wire.MAX_TEXT]}  # fmt: skip
         self._event("generation", gen=self.generation, members=members, failed=failed, joined=joined, reason=reason)
-        for m in members:
-            self._send(self._workers[m], message)
+        self._broadcast(members, message)
 
     def _on_ready(self, worker: int, gen: int, handle: str) -> None:
-        if gen != self.generation or worker not in self.members:
+        if gen != self.generation or worker not in self._member_set:
             return
         self._ready[worker] = handle
         if len(self._ready) == len(self.members):
@@ -629,8 +638,13 @@ class Coordinator:
             # on the timeline: from here the members connect; a failure before they all did dooms the
             # generation (the next one's announcement tells them to abandon it: FaultTolerantGroup._arrive)
             self._event("go", gen=gen, size=len(self.members))
-            for m in self.members:
-                self._send(self._workers[m], message)
+            self._broadcast(self.members, message)
+
+    def _broadcast(self, workers: List[int], message: Dict[str, Any]) -> None:
+        """Send ``message`` to each of ``workers``, encoded once (a generation's news is O(N))."""
+        data = wire.encode(message)
+        for m in workers:
+            self._send(self._workers[m], message, data)
 
     # --- the timeline --------------------------------------------------------
 
