@@ -6,6 +6,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -63,7 +64,12 @@ def dynamic_spec(
     tensor's ``__dict__`` is what it was before (torch's marks and any
     ``_dynamo_*`` stamp undone; an attribute the function itself sets on an
     input stays, as in eager) and torch's config is unchanged, so other
-    compiled functions see the tensors as if ptc never had.
+    compiled functions see the tensors as if ptc never had. Where torch
+    refuses the spec in a compiled call (the model's code fixes or guards a
+    variable under ``torch.compile``), ptc logs the constraint and, from then
+    on, marks those variables' dims as unbacked sizes or, where that fails
+    too, as ``torch.compile`` does by itself (``maybe_mark_dynamic``), so the
+    model runs as under stock compile.
     Under ``ptc.specs.export`` the spec becomes ``dynamic_shapes`` plus runtime
     assertions (the example tensors keep their attributes there too); under
     ``make_fx(tracing_mode="symbolic")`` the facts apply.
@@ -133,18 +139,63 @@ _end_outside_dynamo = torch._dynamo.disable(end_compiled_call)
 
 
 @torch._dynamo.disable
-def _raise_explained(obj: Any, failure: Exception, args: tuple, kwargs: dict) -> None:
-    """Re-raise a compiled call's ``failure``; torch's constraint violation as a
-    ``SpecConstraintError`` naming the constraints (``explain``), chained to it."""
-    if diagnose.violation(failure) is None:
+def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple, kwargs: dict) -> None:
+    """After a compiled call's ``failure``: return to call again, or raise.
+
+    A violation of the spec under ``torch.compile`` (torch's constraint
+    violation) means the model's code constrains variables the spec calls
+    dynamic: a size it specialises (even one it only formats into a string), a
+    divisibility it guards. Stock ``torch.compile`` runs such a model, so ptc
+    changes how it marks those variables' dims (``BoundSpec.softened``) and
+    logs the constraints in spec terms (:func:`explain`; where export sees
+    none, torch's message): first as unbacked sizes (no guard can specialise
+    them: one graph for every size where the model allows it), and, if that
+    call fails too, with ``maybe_mark_dynamic``, torch's own automatic dynamic
+    (it may specialise or recompile for them). Anything else is raised as it
+    is; so is a violation with nothing left to change, as a
+    ``SpecConstraintError`` naming the constraints where ptc finds them.
+    """
+    if bound.soften_pending:  # the unbacked attempt failed: torch's automatic dynamic for those
+        names, bound.soften_pending = bound.soften_pending, set()
+        bound.softened.update(dict.fromkeys(names, "maybe"))
+        _log.warning("torch.compile(%s): %s as unbacked sizes failed too (%s: %s); compiling them as "
+                     "torch.compile does by itself (maybe_mark_dynamic: it may specialise or recompile)",
+                     _qualname(obj), ", ".join(sorted(names)), type(failure).__name__,
+                     str(failure).strip().splitlines()[0][:200] if str(failure).strip() else "")  # fmt: skip
+        return
+    violation = diagnose.violation(failure)
+    if violation is None:
         raise failure
     try:
         found = _explain(obj, args, kwargs, strict=False)
     except Exception:  # noqa: BLE001 - the diagnosis is best effort; torch's error stands
         found = []
-    if not found:
-        raise failure
-    raise diagnose.constraint_error(f"torch.compile({_qualname(obj)})", found) from failure
+    named = {n for c in found for n in c.vars} or _violated_vars(bound, violation)
+    names = (named or {v.name for v in bound.spec.vars}) - bound.softened.keys()
+    if not names:
+        if not found:
+            raise failure
+        raise diagnose.constraint_error(f"torch.compile({_qualname(obj)})", found) from failure
+    bound.softened.update(dict.fromkeys(names, "unbacked"))
+    bound.soften_pending = set(names)
+    why = "; ".join(str(c) for c in found) or " ".join(str(violation).split())[:300]
+    _log.warning(
+        "torch.compile(%s): the model's code constrains %s beyond the spec under torch.compile (%s); "
+        "compiling those dims as unbacked sizes (no guard can fix them), or if that fails as torch.compile "
+        "does by itself", _qualname(obj), ", ".join(sorted(names)), why,
+    )
+
+
+def _violated_vars(bound: BoundSpec, violation: BaseException) -> set:
+    """The spec variables bound to the dims torch's violation message names
+    (``L['_ptc3_x'].size()[2]``: parameter ``x``, dim 2), where ptc can tell."""
+    by_source = {text: v.name for v, text in bound.sources.items()}
+    found = set()
+    for param, dim in re.findall(r"L\['_ptc\d+_(\w+)'\]\.size\(\)\[(\d+)\]", str(violation)):
+        name = by_source.get(f"{param}.shape[{dim}]")
+        if name is not None:
+            found.add(name)
+    return found
 
 
 def _decorate_function(fn: Callable, spec: Spec) -> Callable:
@@ -161,14 +212,17 @@ def _decorate_function(fn: Callable, spec: Spec) -> Callable:
         if _dynamo_callback() is None:  # plain eager
             checker(*args, **kwargs)
             return fn(*args, **kwargs)
-        state = _begin_outside_dynamo(bound, args, kwargs)
-        try:
-            return enter(*args, **kwargs)  # Dynamo compiles the spec's body frame
-        except Exception as e:
-            failure = e
-        finally:
-            _end_outside_dynamo(state)
-        _raise_explained(with_spec, failure, args, kwargs)
+        while True:
+            state = _begin_outside_dynamo(bound, args, kwargs)
+            try:
+                out = enter(*args, **kwargs)  # Dynamo compiles the spec's body frame
+                bound.soften_pending.clear()
+                return out
+            except Exception as e:
+                failure = e
+            finally:
+                _end_outside_dynamo(state)
+            _soften_or_raise(with_spec, bound, failure, args, kwargs)  # or raises
 
     at_boundary = torch.compiler.disable(with_spec, recursive=False)
     _compat.skip_frame(with_spec.__code__)
@@ -192,14 +246,17 @@ def _decorate_module(cls: type, spec: Spec) -> type:
         if _dynamo_callback() is None:
             checker(self, *args, **kwargs)
             return module_call(self, *args, **kwargs)
-        state = _begin_outside_dynamo(bound, (self,) + args, kwargs)
-        try:
-            return enter(self, *args, **kwargs)  # the body frame calls module_call
-        except Exception as e:
-            failure = e
-        finally:
-            _end_outside_dynamo(state)
-        _raise_explained(self, failure, args, kwargs)
+        while True:
+            state = _begin_outside_dynamo(bound, (self,) + args, kwargs)
+            try:
+                out = enter(self, *args, **kwargs)  # the body frame calls module_call
+                bound.soften_pending.clear()
+                return out
+            except Exception as e:
+                failure = e
+            finally:
+                _end_outside_dynamo(state)
+            _soften_or_raise(self, bound, failure, args, kwargs)  # or raises
 
     @functools.wraps(forward)
     def forward_with_facts(self, *args, **kwargs):

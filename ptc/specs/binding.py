@@ -32,7 +32,7 @@ import linecache
 import itertools
 import re
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import sympy
 import torch
@@ -119,6 +119,12 @@ class BoundSpec:
         self.sources: Dict[Var, str] = {}  # var -> where it is bound ("x.shape[0]")
         # (tensor leaf index, dim, unbacked | dynamic | maybe | static | auto, hint or None)
         self.marks: List[Tuple[int, int, str, Optional[int]]] = []
+        self.mark_vars: List[FrozenSet[str]] = []  # the names of the variables each mark's dim involves
+        # variables the model's code constrains beyond the spec under torch.compile (ptc.specs.api's
+        # fallback): name -> how a compiled call marks their dims now, "unbacked" (tried first: no
+        # guard can fix it) or "maybe" (maybe_mark_dynamic: torch's own automatic dynamic)
+        self.softened: Dict[str, str] = {}
+        self.soften_pending: Set[str] = set()  # softened to "unbacked" and not yet through a call
         self._fail_messages: List[Callable[[Any, Dict[str, int]], str]] = []
         self.unmentioned = [
             p
@@ -159,6 +165,11 @@ class BoundSpec:
                     f"{tuple(valid)}{hint}"
                 )
         return resolved
+
+    def add_mark(self, mark: Tuple[int, int, str, Optional[int]], vs: Sequence[Var]) -> None:
+        """Record how a compiled call marks one tensor dim, and the variables it involves."""
+        self.marks.append(mark)
+        self.mark_vars.append(frozenset(v.name for v in vs))
 
     # -- code generation ---------------------------------------------------------
 
@@ -290,21 +301,21 @@ class _Codegen:
         for j, d in enumerate(dims):
             dim, fdim, dtext = f"_ptc_s{i}[{j}]", f"{t}.shape[{j}]", f"{text}.shape[{j}]"
             if d is STATIC:
-                owner.marks.append((len(self.tensor_locals) - 1, j, "static", None))
+                owner.add_mark((len(self.tensor_locals) - 1, j, "static", None), ())
             elif isinstance(d, int):
-                owner.marks.append((len(self.tensor_locals) - 1, j, "static", None))
+                owner.add_mark((len(self.tensor_locals) - 1, j, "static", None), ())
                 check.add(
                     f"if {dim} != {d}: "
                     + fail(lambda val, b, x=dtext, d=d: f"{x}={val} violates {x} == {d}", dim)
                 )
                 self.facts.add(f"_ptc_check({fdim} == {d})")
             elif isinstance(d, Var):
-                owner.marks.append((len(self.tensor_locals) - 1, j, _action([d], d.min), d.hint))
+                owner.add_mark((len(self.tensor_locals) - 1, j, _action([d], d.min), d.hint), [d])
                 if d.specialize:
                     owner.specialize[(len(self.tensor_locals) - 1, j)] = d.choices
                 self.bind_or_compare(dim, fdim, dtext, d)
             else:
-                owner.marks.append((len(self.tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d)), None))
+                owner.add_mark((len(self.tensor_locals) - 1, j, _action(_vars_of(d), _lower_bound(d)), None), _vars_of(d))
                 local = f"_ptc_d{i}_{j}"
                 check.add(f"{local} = {dim}")
                 self.pending.append((local, fdim, dtext, d))

@@ -82,12 +82,15 @@ def apply_marks(bound: BoundSpec, tensors: Sequence[Any], unmentioned: Sequence[
     """Mark the call's tensors for Dynamo per the spec's kinds (and policy for unmentioned ones)."""
     from torch._dynamo import decorators as d
 
-    for leaf_index, dim, action, hint in bound.marks:
+    for (leaf_index, dim, action, hint), names in zip(bound.marks, bound.mark_vars):
         if action == "auto":
             continue
+        soft = [bound.softened[n] for n in names if n in bound.softened] if action in ("dynamic", "unbacked") else []
+        if soft:  # the model constrains it beyond the spec under torch.compile (ptc.specs.api)
+            action = "maybe" if "maybe" in soft else "unbacked"
         t = tensors[leaf_index]
         hinted = {} if hint is None else {"hint_override": hint}
-        choices = bound.specialize.get((leaf_index, dim))
+        choices = None if soft else bound.specialize.get((leaf_index, dim))
         if choices is not None:
             d.mark_dynamic(t, dim, specialize_on=_equal_to(choices), **hinted)
         elif action == "unbacked":

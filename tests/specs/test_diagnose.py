@@ -187,20 +187,34 @@ def test_explain_names_a_constraint_export_turns_into_a_runtime_assertion():
     assert found.where.endswith(where(heads_related, "x.view"))
 
 
-def test_compiled_call_raises_the_constraint_in_spec_terms():
+def test_compiled_call_falls_back_to_torchs_path_and_names_the_constraint(caplog):
+    """The model fixes T under torch.compile: stock compile runs it (specialising T), so
+    ptc does too, from then on, and logs the constraint in spec terms with its line."""
+    from ptc.specs import spec_of
+
+    bound = spec_of(branch)
+    bound.softened.clear()
+    bound.soften_pending.clear()
     torch._dynamo.reset()
-    x = torch.ones(2, 16)
-    with pytest.raises(ptc.SpecConstraintError) as info:
-        torch.compile(branch, backend="eager")(x)
-    assert diagnose.violation(info.value.__cause__) is info.value.__cause__  # torch's, chained
-    (found,) = info.value.constraints
-    assert (found.rule, found.fix) == CASES["branch"][3::2]
-    assert found.where.endswith(where(branch, "== 16"))
-    assert str(info.value).startswith("torch.compile(branch): the model's code constrains")
-    assert not [k for k in vars(x) if k.startswith("_dynamo")]  # marks undone
+    compiled = torch.compile(branch, backend="eager")
+    try:
+        x = torch.ones(2, 16)
+        with caplog.at_level("WARNING", logger="ptc.specs.api"):
+            torch.testing.assert_close(compiled(x), x + 1)
+        assert "torch.compile(branch): the model's code constrains T beyond the spec" in caplog.text
+        assert "T must equal 16 (the model specialises it), imposed at " in caplog.text
+        assert where(branch, "== 16") in caplog.text
+        assert set(bound.softened) == {"T"}
+        y = torch.ones(3, 32)
+        torch.testing.assert_close(compiled(y), y - 1)  # another T: torch's own recompile
+        assert not [k for k in vars(x) if k.startswith("_dynamo")]  # marks undone
+        with pytest.raises(ptc.SpecViolation):  # the spec still holds at the call
+            compiled(torch.ones(2, 8))
+    finally:
+        bound.softened.clear()
 
 
-def test_compiled_module_raises_the_constraint_in_spec_terms():
+def test_compiled_module_falls_back_to_torchs_path(caplog):
     @dynamic_spec(x=tensor(B, T))
     class Branch(torch.nn.Module):
         def forward(self, x):
@@ -209,9 +223,59 @@ def test_compiled_module_raises_the_constraint_in_spec_terms():
             return x - 1
 
     torch._dynamo.reset()
-    with pytest.raises(ptc.SpecConstraintError, match=r"torch.compile\(.*Branch\): .*\n  - T must equal 16") as info:
-        torch.compile(Branch(), backend="eager")(torch.ones(2, 16))
-    assert info.value.constraints[0].where.endswith(where(Branch.forward, "== 16"))
+    x = torch.ones(2, 16)
+    with caplog.at_level("WARNING", logger="ptc.specs.api"):
+        torch.testing.assert_close(torch.compile(Branch(), backend="eager")(x), x + 1)
+    assert "T must equal 16" in caplog.text and where(Branch.forward, "== 16") in caplog.text
+
+
+def test_a_violation_with_nothing_left_to_soften_is_named(monkeypatch):
+    """Where softening cannot help (every variable already is), the compiled call raises
+    SpecConstraintError in spec terms, torch's error chained."""
+    from ptc.specs import spec_of
+
+    bound = spec_of(branch)
+    monkeypatch.setattr(bound, "softened", {"B": "maybe", "T": "maybe"})
+    monkeypatch.setattr(ptc.specs.lowering, "apply_marks", _mark_everything_dynamic)
+    torch._dynamo.reset()
+    with pytest.raises(ptc.SpecConstraintError) as info:
+        torch.compile(branch, backend="eager")(torch.ones(2, 16))
+    assert diagnose.violation(info.value.__cause__) is info.value.__cause__
+    assert info.value.constraints[0].rule == "T must equal 16 (the model specialises it)"
+
+
+@dynamic_spec(x=tensor(B, T))
+def formats_its_size(x):
+    name = f"width {x.shape[1]}"  # Dynamo specialises a backed size it formats into a string
+    return x * len(name)
+
+
+def test_a_size_the_model_only_formats_stays_dynamic_as_unbacked(caplog):
+    """torch.compile specialises a backed size formatted into a string: ptc's first
+    fallback, unbacked sizes, keeps one graph for every T."""
+    from ptc.specs import spec_of
+
+    bound = spec_of(formats_its_size)
+    torch._dynamo.reset()
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    compiled = torch.compile(formats_its_size, backend=counter)
+    with caplog.at_level("WARNING", logger="ptc.specs.api"):
+        compiled(torch.ones(2, 16))
+        first = counter.frame_count
+        for t in (17, 18, 20, 32, 100):
+            x = torch.ones(2, t)
+            torch.testing.assert_close(compiled(x), formats_its_size(x))
+    assert "constrains T beyond the spec" in caplog.text
+    assert bound.softened == {"T": "unbacked"}
+    assert counter.frame_count == first  # no recompile for a new T
+
+
+def _mark_everything_dynamic(bound, tensors, unmentioned):
+    for t in tensors:
+        for dim in range(t.dim()):
+            torch._dynamo.mark_dynamic(t, dim)
 
 
 def test_torch_error_stands_where_ptc_finds_nothing_to_name(monkeypatch):
