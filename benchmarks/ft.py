@@ -674,6 +674,54 @@ def torchft_bench(runs: int = 2, world: int = 4) -> Dict[str, Any]:
 # --- main -----------------------------------------------------------------------------
 
 
+def run_coordinator_kill(reps: int, steps: int = 300, kill_at: int = 30) -> Dict[str, Any]:
+    """SIGKILL the coordinator (``LocalJob(coordinator_process=True)``) at step ``kill_at`` of a
+    3-worker job; it is started again at the same address 0.5 s later. Per run: steps committed
+    while no coordinator served (the members' own histories: commit events sent meanwhile are
+    dropped), steps lost (each of ``steps`` committed exactly once, by every worker), the time
+    from the kill until a coordinator serves the job again (its ``adopted`` event), whether it
+    resumed the generation as it was, and whether the final states agree."""
+    from ptc.distributed.ft.launch import python_module
+
+    runs = []
+    for _ in range(reps):
+        with tempfile.TemporaryDirectory(prefix="ptc-ft-coordinator-kill-") as tmp:
+            out = Path(tmp) / "out"
+            job = LocalJob(python_module("ptc.demos.ft_example", "--steps", str(steps), "--out", str(out),
+                                         "--sleep", "0.02"), 3,
+                           heartbeat_timeout=3.0, log_dir=Path(tmp) / "logs", coordinator_process=True,
+                           coordinator_restart_after=0.5, kill_coordinator_at=[kill_at])  # fmt: skip
+            result = job.run(timeout=180)
+            finals = [torch.load(p, weights_only=False) for p in sorted(out.glob("worker*.pt"))]
+            killed = result.of("coordinator_killed")
+            adopted = result.of("adopted")
+            row: Dict[str, Any] = {"workers_done": len(finals), "exit_codes": [r.returncode for r in result.runs]}
+            if killed and adopted and finals:
+                t_kill, t_back = killed[0]["time"], adopted[0]["time"]
+                commits = [e for e in result.events if e["event"] == "commit"]
+                before = max((e["step"] for e in commits if e["time"] <= t_kill), default=-1)
+                after = min((e["step"] for e in commits if e["time"] >= t_back), default=None)
+                histories = [[s for s, _, _ in d["history"]] for d in finals]
+                row.update(
+                    down_ms=round((t_back - t_kill) * 1000, 1),
+                    steps_while_down=None if after is None else after - before - 1,
+                    steps_lost=sum(1 for s in range(steps) if any(h.count(s) != 1 for h in histories)),
+                    resumed=bool(adopted[0].get("resumed")),
+                    states_equal=len({d["checksum"] for d in finals}) == 1,
+                )
+            runs.append(row)
+    return {"reps": reps, "steps": steps, "kill_at": kill_at, "runs": runs}
+
+
+def print_coordinator_kill(ck: Dict[str, Any]) -> None:
+    print(f"\ncoordinator SIGKILLed at step {ck['kill_at']} of {ck['steps']} (3 workers), started again 0.5 s later")
+    for i, run in enumerate(ck["runs"]):
+        print(f"  run {i}: kill -> serving again {run.get('down_ms')} ms, steps committed meanwhile "
+              f"{run.get('steps_while_down')}, steps lost {run.get('steps_lost')}, generation resumed "
+              f"{run.get('resumed')}, states equal {run.get('states_equal')}, workers done {run['workers_done']}, "
+              f"exit codes {run['exit_codes']}")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="first engine only; kill in collective (2 repetitions), hang and joiner; size 4; one overhead round")
@@ -686,7 +734,9 @@ def main() -> int:
     parser.add_argument("--paired-blocks", type=int, default=None, help="blocks per variant of the paired overhead runs (default 20; --quick 6)")
     parser.add_argument("--tail", type=int, default=None, metavar="N",
                         help="kills inside the allreduce for the tail latency (p50/p99; one job; default 50, --quick 10)")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,tail,torchrun,overhead,paired,torchft")
+    parser.add_argument("--coordinator-kill", action="store_true",
+                        help="only the coordinator-kill part (3 runs; --quick 1); otherwise it runs after tail")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: scenarios,scaling,tail,coordinator-kill,torchrun,overhead,paired,torchft")
     args = parser.parse_args()
     reps = min(4, args.reps or (2 if args.quick else 4))
     sizes = [int(s) for s in (args.sizes or ("4" if args.quick else "4,8")).split(",")]
@@ -694,6 +744,8 @@ def main() -> int:
     if args.quick and not args.engines:
         engines = engines[:1]
     skip = set(filter(None, args.skip.split(",")))
+    if args.coordinator_kill:
+        skip = {"scenarios", "scaling", "tail", "torchrun", "overhead", "paired", "torchft"}
     started = time.time()
     results: Dict[str, Any] = {"torch": torch.__version__, "engines": engines, "cpus": os.cpu_count(),
                                "load_avg_start": os.getloadavg()[0], "quick": args.quick}  # fmt: skip
@@ -757,6 +809,12 @@ def main() -> int:
         tail = run_tail(4, engines[0], n)
         results["tail"] = tail
         print_tail(tail)
+        sys.stdout.flush()
+
+    if "coordinator-kill" not in skip:
+        ck = run_coordinator_kill(1 if args.quick else 3)
+        results["coordinator_kill"] = ck
+        print_coordinator_kill(ck)
         sys.stdout.flush()
 
     if "torchrun" not in skip:

@@ -35,16 +35,29 @@ included, can die without taking the group's state with it.  It owns:
 
 What survives what: any worker failing, rank 0 included, and several in a
 row, down to ``min_workers``; a worker failing while the others reconfigure
-(the generation is simply replaced).  The coordinator itself is the one
-process that must stay up: if it dies, the workers keep training in their
-current generation, but a later failure can no longer be survived (it
-surfaces as :class:`~ptc.errors.PeerFailure` after the process-group
-timeout, saying the coordinator is gone).  Run it on a host that is not a
-training worker (the launcher, a login node); it uses no accelerator and
-little CPU.
+(the generation is simply replaced); the coordinator itself dying.  Its
+state is soft (as torchft's Lighthouse): if it dies, the members keep
+training in their current generation (the data path does not need it) and
+reconnect in the background; a coordinator started again with the same
+configuration and secret (at the same address, or a standby at the next
+address of ``PTC_FT_COORDINATOR=host1:port1,host2:port2``) rebuilds the
+state from their hellos, which say what each knows (:meth:`_adopt`): the
+generation they are connected in, its members, the newest generation
+number they were told of.  When every member of that generation is back
+within ``adopt_grace`` seconds it resumes serving it as it is (nobody
+reconnects, nobody stops); otherwise it forms the next generation from
+those that came back.  Generation numbers continue after the newest one
+reported, never reused; the new store (empty) goes out in the welcome and
+the members use it from their next generation on.  Run it on a host that
+is not a training worker (the launcher, a login node); it uses no
+accelerator and little CPU.
 
-Split brain cannot happen: there is one coordinator and it alone forms
-generations; a fenced or partitioned worker can only come back as a joiner.
+Split brain cannot happen while one coordinator runs at a time: it alone
+forms generations; a fenced or partitioned worker can only come back as a
+joiner.  A restarted or standby coordinator runs no consensus with another
+one: whoever starts it (the launcher, a supervisor) must make sure the old
+one is dead first, and a standby is started only once the primary is
+(two live coordinators that members reconnect to would split the job).
 
 Who may talk to it: the coordinator is the fault domain the data path
 trusts, so nothing a peer sends can stop it or change state it should not.
@@ -163,6 +176,11 @@ class Coordinator:
     ``log``: a path that receives one JSON line per event (the timeline);
     ``on_event`` is called with each.  World size, minimum and job id come
     from here only: a hello cannot change them.
+
+    ``adopt_grace``: a coordinator started while a job runs (after its
+    predecessor died) waits this many seconds (default ``heartbeat_timeout``)
+    from the first reconnecting member's hello for the rest of that member's
+    generation before it forms a new one without those missing.
     """
 
     def __init__(
@@ -181,6 +199,7 @@ class Coordinator:
         insecure: bool = False,
         log: Optional[str] = None,
         on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
+        adopt_grace: Optional[float] = None,
     ) -> None:
         self.world_size = _count("world_size", world_size)
         self.min_workers = _count("min_workers", min_workers)
@@ -190,6 +209,7 @@ class Coordinator:
         self.heartbeat_timeout = _seconds("heartbeat_timeout", heartbeat_timeout)
         self.ready_timeout = _seconds("ready_timeout", ready_timeout)
         self.hello_timeout = _seconds("hello_timeout", hello_timeout)
+        self.adopt_grace = self.heartbeat_timeout if adopt_grace is None else _seconds("adopt_grace", adopt_grace)
         if not isinstance(job, str) or not 1 <= len(job) <= wire.MAX_NAME:
             raise PtcValueError(f"job = {job!r}: expected a string of 1..{wire.MAX_NAME} characters")
         self.job = job
@@ -237,6 +257,10 @@ class Coordinator:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.history: List[Dict[str, Any]] = []
+        # rebuilding a running job's state (a coordinator started after its predecessor died):
+        # worker -> (gen, members, seen) from the reconnecting members' hellos, and the decision's deadline
+        self._reports: Dict[int, tuple] = {}
+        self._adopt_deadline: Optional[float] = None
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -305,6 +329,7 @@ class Coordinator:
         self._check_heartbeats()
         self._check_suspect()
         self._check_ready()
+        self._check_adopt()
         self._resume_accepting()
         if time.monotonic() - self._rejections_window >= 1.0:
             self._flush_rejections()
@@ -574,7 +599,16 @@ class Coordinator:
         if existing is not None:
             self._refuse(conn, f"worker id {worker} is already taken by a live process (pid {existing.pid})")
             return
-        if self.generation == 0 and worker >= self.world_size:
+        report = None
+        if "gen" in message or "members" in message or "seen" in message:
+            if not ("gen" in message and "members" in message and "seen" in message):
+                raise wire.ProtocolError("hello: gen, members and seen come together")
+            # a generation that failed at the reporter cannot be resumed: count it as seen over
+            report = (message["gen"], list(message["members"]), message["seen"] + bool(message.get("broken")))
+            if worker not in report[1] or report[2] < report[0]:
+                raise wire.ProtocolError("hello: a member's report names it in its members, seen >= gen")
+        adopting = report is not None and self.generation == 0 and self._held is None and not self.finished
+        if self.generation == 0 and worker >= self.world_size and not adopting and self._adopt_deadline is None:
             self._refuse(conn, f"worker id {worker}: must be < world_size = {self.world_size} for the first generation")
             return
         self._pending.pop(conn.fd, None)
@@ -585,7 +619,17 @@ class Coordinator:
             proof = auth.welcome_proof(self.secret, message["nonce"], conn.nonce, job, worker)
         self._send(conn, {"t": "welcome", "store_port": self.store.port, "gen": self.generation,
                           "world": self.world_size, "min_workers": self.min_workers, "proof": proof})  # fmt: skip
-        self._event("hello", worker=worker, pid=conn.pid)
+        self._event("hello", worker=worker, pid=conn.pid,
+                    **({} if report is None else {"gen": report[0], "seen": report[2]}))  # fmt: skip
+        if adopting or (self._adopt_deadline is not None and self.generation == 0):
+            if report is not None:
+                self._reports[worker] = report
+            else:
+                self._joiners.append(worker)
+            if self._adopt_deadline is None:
+                self._adopt_deadline = time.monotonic() + self.adopt_grace
+            self._check_adopt()
+            return
         if self.generation == 0 and self._held is None:
             if len(self._workers) >= self.world_size:
                 self._form(sorted(self._workers), failed=[], reason="initial")
@@ -597,6 +641,48 @@ class Coordinator:
         else:
             for m in alive:
                 self._send(self._workers[m], {"t": "join_pending", "workers": list(self._joiners)})
+
+    def _check_adopt(self) -> None:
+        """While rebuilding a running job's state: adopt it once every member of the newest
+        reported generation is back, or at ``adopt_grace`` with whoever is (:meth:`_adopt`)."""
+        if self._adopt_deadline is None:
+            return
+        reports = {w: r for w, r in self._reports.items() if w in self._workers}
+        if not reports:
+            if time.monotonic() >= self._adopt_deadline:
+                self._reports, self._adopt_deadline = {}, None  # every reporter left again: start afresh
+                self._event("adopt_abandoned", reason="no reconnected member left")
+                if self._joiners:
+                    self._form(list(self._joiners), failed=[], reason="join (no running generation)")
+            return
+        gen, members, _ = max(reports.values(), key=lambda r: r[0])
+        seen = max(r[2] for r in reports.values())
+        complete = all(m in reports and reports[m][0] == gen for m in members) and seen == gen
+        if complete or time.monotonic() >= self._adopt_deadline:
+            self._adopt(gen, members, seen, reports)
+
+    def _adopt(self, gen: int, members: List[int], seen: int, reports: Dict[int, tuple]) -> None:
+        """Take over a running job: generation ``gen`` of ``members`` (the newest a reconnected member
+        is connected in).  Resumed as it is when all its members are back and none was told of a newer
+        one (a generation formed just before the old coordinator died); else the next generation
+        (numbered after ``seen``) is formed from those back, in their old order, then the rest."""
+        self._adopt_deadline, self._reports = None, {}
+        back = [m for m in members if m in reports]
+        missing = [m for m in members if m not in reports]
+        others = [w for w in reports if w not in members]  # reported an older generation
+        self.generation, self.members, self._member_set = seen, list(members), set(members)
+        if not missing and seen == gen and all(reports[m][0] == gen for m in members):
+            self._ready = {m: "" for m in members}
+            self._ready_deadline = None
+            self._event("adopted", gen=gen, members=list(members), resumed=True)
+            self._joiners = [j for j in self._joiners if j not in members] + others
+            if self._joiners:
+                for m in members:
+                    self._send(self._workers[m], {"t": "join_pending", "workers": list(self._joiners)})
+            return
+        self._event("adopted", gen=gen, members=list(members), resumed=False, seen=seen, missing=missing)
+        self._form(back + others + self._joiners, failed=missing,
+                   reason=f"coordinator restarted: generation {gen} adopted, missing {missing}")  # fmt: skip
 
     def _refuse(self, conn: _Conn, error: str, *, finished: bool = False) -> None:
         """Answer a hello with ``refused`` and close the connection; nothing else changes."""
@@ -680,10 +766,12 @@ class Coordinator:
 
 
 def spawn_detached(bootstrap_store: Any, key: str, *, world_size: int, secret: bytes, host: str = "127.0.0.1",
-                   min_workers: int = 1, job: str = "default", heartbeat_timeout: float = 2.0,
+                   port: int = 0, min_workers: int = 1, job: str = "default", heartbeat_timeout: float = 2.0,
                    idle_exit: float = 30.0) -> Optional[int]:  # fmt: skip
     """Start a coordinator process in its own session and publish its address
-    under ``key`` in ``bootstrap_store``.  Returns its PID.
+    under ``key`` in ``bootstrap_store``.  Returns its PID.  ``port``: where
+    it listens (0: a free one); the torchrun path starts it again at the same
+    address when the members lost it (:func:`ptc.distributed.ft.group.init_fault_tolerant`).
 
     The process gets ``secret`` in its environment (``$PTC_FT_SECRET``), never
     on its command line.  It is not a child that dies with its parent: it
@@ -691,14 +779,18 @@ def spawn_detached(bootstrap_store: Any, key: str, *, world_size: int, secret: b
     has been connected for ``idle_exit`` seconds
     (``$PTC_FT_COORDINATOR_IDLE_EXIT`` overrides it;
     ``$PTC_FT_COORDINATOR_PIDFILE`` names a file that receives its PID, for
-    whoever has to clean up).
+    whoever has to clean up; ``$PTC_FT_COORDINATOR_LOG`` one that receives
+    its timeline, JSON lines, appended to by every coordinator started there).
     """
     idle_exit = float(os.environ.get("PTC_FT_COORDINATOR_IDLE_EXIT", idle_exit))
-    args = [sys.executable, "-m", "ptc.distributed.ft.coordinator", "--host", host, "--world-size", str(world_size),
+    args = [sys.executable, "-m", "ptc.distributed.ft.coordinator", "--host", host, "--port", str(port),
+            "--world-size", str(world_size),
             "--min-workers", str(min_workers), "--job", job, "--heartbeat-timeout", str(heartbeat_timeout),
             "--idle-exit", str(idle_exit), "--print-address"]  # fmt: skip
     if os.environ.get("PTC_FT_COORDINATOR_PIDFILE"):
         args += ["--pid-file", os.environ["PTC_FT_COORDINATOR_PIDFILE"]]
+    if os.environ.get("PTC_FT_COORDINATOR_LOG"):
+        args += ["--log", os.environ["PTC_FT_COORDINATOR_LOG"]]
     env = {**os.environ, "OMP_NUM_THREADS": "1", auth.ENV_SECRET: os.fsdecode(secret)}
     env.pop(auth.ENV_SECRET_FILE, None)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
@@ -729,6 +821,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--heartbeat-timeout", type=float, default=2.0)
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT)
     parser.add_argument("--hello-timeout", type=float, default=HELLO_TIMEOUT)
+    parser.add_argument("--adopt-grace", type=float, default=None,
+                        help="started while a job runs: seconds to wait for every member of its generation")
     parser.add_argument("--job", default="default", help="the job id every hello must name")
     parser.add_argument("--secret-file", default=None, help="a file holding the job secret")
     parser.add_argument("--insecure", action="store_true",
@@ -745,7 +839,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         coordinator = Coordinator(args.host, args.port, world_size=args.world_size, min_workers=args.min_workers,
                                   heartbeat_timeout=args.heartbeat_timeout, ready_timeout=args.ready_timeout,
                                   hello_timeout=args.hello_timeout, job=args.job, secret_file=args.secret_file,
-                                  insecure=args.insecure, log=args.log)  # fmt: skip
+                                  insecure=args.insecure, log=args.log, adopt_grace=args.adopt_grace)  # fmt: skip
     except PtcValueError as exc:
         parser.error(str(exc))
     if args.pid_file:

@@ -55,6 +55,14 @@ died before arriving costs the survivors the time the coordinator's news takes
 (milliseconds), not ``reconfigure_timeout``.  Only a member that dies inside
 the engine's own connect (after arriving, a window of a few milliseconds)
 still costs the timeout.
+
+The coordinator may die too (see :mod:`ptc.distributed.ft.coordinator`): the
+link then reconnects in the background while collectives go on in the current
+generation (they need only gloo); a failure meanwhile is recovered once a
+coordinator is back (:meth:`FaultTolerantGroup.recover` waits for one up to
+``coordinator_timeout``), and generations after the outage connect through the
+new coordinator's store (a new engine: the old one's groups are kept, never
+destroyed).
 """
 
 from __future__ import annotations
@@ -101,6 +109,16 @@ ARRIVE_POLL_MAX_S = 0.02
 # challenge (it closes the oldest connections without a hello when too many are open).
 RECONNECT_PAUSE_S = 0.05
 
+# After the coordinator was lost: how long one try at one address may take (connect, challenge, hello,
+# welcome), and the longest pause between rounds over every address (the pause doubles from
+# RECONNECT_PAUSE_S up to it).
+RECONNECT_ATTEMPT_S = 1.0
+RECONNECT_MAX_PAUSE_S = 1.0
+
+# How long a member waits for a coordinator to come back when it needs one (to recover from a failure)
+# before it gives up with PeerFailure: FaultTolerantGroup(coordinator_timeout=...).
+COORDINATOR_TIMEOUT_S = 60.0
+
 PROTOCOL_NAME = "the ptc fault-tolerance protocol"  # what CoordinatorUnreachable says a server does not speak
 
 
@@ -133,19 +151,27 @@ class Generation:
 class _Link:
     """This worker's connection to the coordinator: the handshake (challenge, hello, welcome:
     see :mod:`ptc.distributed.ft.wire`), then heartbeats out and membership news in, on a
-    thread of its own.  Everything up to the welcome is bounded by ``connect_timeout``."""
+    thread of its own.  Everything up to the welcome is bounded by ``connect_timeout``.
 
-    def __init__(self, address: str, *, worker: int, world: Optional[int], job: str, secret: Optional[bytes],
-                 heartbeat_interval: float, connect_timeout: float, on_news: Callable[[], None]) -> None:  # fmt: skip
-        self.address = address
-        self._deadline = time.monotonic() + connect_timeout
+    ``addresses``: where a coordinator may be, tried in turn.  When the connection ends without
+    ``fenced`` (the coordinator died), the link is *down* (``down_since``), not lost: the thread
+    connects again, to each address in turn with a bounded backoff, for as long as the link is
+    open, and its hello then carries ``report()`` (what this member knows: its generation, the
+    members, the newest generation it was told of) so that a new coordinator can rebuild the
+    job's state.  News, ``go`` handles and history survive the reconnect; ``welcome`` and
+    ``store_port`` are the new coordinator's."""
+
+    def __init__(self, addresses: Sequence[str], *, worker: int, world: Optional[int], job: str,
+                 secret: Optional[bytes], heartbeat_interval: float, connect_timeout: float,
+                 on_news: Callable[[], None], report: Optional[Callable[[], Optional[Dict[str, Any]]]] = None,
+                 respawn: Optional[Callable[[str], None]] = None) -> None:  # fmt: skip
+        self.addresses = list(addresses)
+        self._worker, self._world, self._job, self._secret = worker, world, job, secret
+        self._report = report
+        self._respawn = respawn
         self._connect_timeout = connect_timeout
-        self.sock, self.reader, challenge = self._challenge()
-        try:
-            self.welcome = self._hello(challenge, worker, world, job, secret)
-        except BaseException:
-            self.sock.close()
-            raise
+        self.address = self.addresses[0]
+        self.sock, self.reader, self.welcome = self._first_handshake()
         self.store_port = int(self.welcome["store_port"])
         self.cond = threading.Condition()
         self.announced: Optional[Generation] = None
@@ -154,13 +180,50 @@ class _Link:
         self.join_pending = False
         self.fenced: Optional[str] = None
         self.finished = False  # fenced because the job is over
-        self.lost = False
+        self.lost = False  # gave up on the coordinator for good (never set while the link is open)
+        self.down_since: Optional[float] = None  # the connection ended (coordinator died): reconnecting since
+        self.reconnects = 0
         self._on_news = on_news
         self._interval = heartbeat_interval
         self._send_lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="ptc-ft-link", daemon=True)
         self._thread.start()
+
+    def _handshake(self, address: str, seconds: float, report: Optional[Dict[str, Any]], retry: bool = True
+                   ) -> Tuple[socket.socket, wire.LineReader, Dict[str, Any]]:  # fmt: skip
+        """Connect to ``address`` and complete the hello within ``seconds`` (``retry``: a refused
+        connection is tried again until then; else it ends the attempt, for the next address)."""
+        self.address = address
+        self._retry_connect = retry
+        self._deadline = time.monotonic() + seconds
+        self._attempt_timeout = seconds
+        sock, reader, challenge = self._challenge()
+        try:
+            welcome = self._hello(sock, reader, challenge, report)
+        except BaseException:
+            sock.close()
+            raise
+        return sock, reader, welcome
+
+    def _first_handshake(self) -> Tuple[socket.socket, wire.LineReader, Dict[str, Any]]:
+        """The first connection: one address gets the whole ``connect_timeout``; several are
+        tried in turn (``RECONNECT_ATTEMPT_S`` each) until one answers or the time is up."""
+        if len(self.addresses) == 1:
+            return self._handshake(self.addresses[0], self._connect_timeout, None)
+        deadline = time.monotonic() + self._connect_timeout
+        errors: Dict[str, str] = {}
+        while True:
+            for address in self.addresses:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CoordinatorUnreachable(f"coordinator = {','.join(self.addresses)!r}: none answered within "
+                                                 f"connect_timeout = {self._connect_timeout:g} s ({errors})")  # fmt: skip
+                try:
+                    return self._handshake(address, min(left, RECONNECT_ATTEMPT_S), None, retry=False)
+                except CoordinatorUnreachable as exc:
+                    errors[address] = str(exc)[-200:]
+            time.sleep(RECONNECT_PAUSE_S)
 
     def _unreachable(self, why: str) -> CoordinatorUnreachable:
         return CoordinatorUnreachable(f"coordinator = {self.address!r}: {why}")
@@ -176,8 +239,8 @@ class _Link:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 return sock
             except OSError as exc:
-                if self._left() <= 0:
-                    why = f"not reachable within connect_timeout = {self._connect_timeout:g} s ({exc})"
+                if self._left() <= 0 or not self._retry_connect:
+                    why = f"not reachable within connect_timeout = {self._attempt_timeout:g} s ({exc})"
                     raise self._unreachable(why) from None
                 time.sleep(RECONNECT_PAUSE_S)
 
@@ -195,7 +258,7 @@ class _Link:
                 break
             sock.close()
             if self._left() <= 0:
-                raise self._unreachable(f"no challenge within connect_timeout = {self._connect_timeout:g} s: "
+                raise self._unreachable(f"no challenge within connect_timeout = {self._attempt_timeout:g} s: "
                                         f"the server there does not speak {PROTOCOL_NAME}, or is stuck")  # fmt: skip
             time.sleep(RECONNECT_PAUSE_S)  # closed before its challenge: connect again
         try:
@@ -210,9 +273,10 @@ class _Link:
                                     "(a coordinator of another ptc version)")  # fmt: skip
         return sock, reader, challenge
 
-    def _hello(self, challenge: Dict[str, Any], worker: int, world: Optional[int], job: str,
-               secret: Optional[bytes]) -> Dict[str, Any]:  # fmt: skip
+    def _hello(self, sock: socket.socket, reader: wire.LineReader, challenge: Dict[str, Any],
+               report: Optional[Dict[str, Any]]) -> Dict[str, Any]:  # fmt: skip
         """Answer the challenge; the welcome, once it proved the coordinator knows the secret."""
+        worker, world, job, secret = self._worker, self._world, self._job, self._secret
         if challenge["auth"] and secret is None:
             raise MembershipRefused(f"coordinator = {self.address!r} admits only workers that know the job "
                                     f"secret: give this worker ${auth.ENV_SECRET}, ${auth.ENV_SECRET_FILE} "
@@ -222,14 +286,14 @@ class _Link:
                                     "it cannot prove it is this job's coordinator")  # fmt: skip
         nonce = auth.new_nonce()
         proof = None if secret is None else auth.hello_proof(secret, challenge["nonce"], job, worker)
-        wire.send(self.sock, {"t": "hello", "worker": worker, "pid": os.getpid(), "world": world, "job": job,
-                              "nonce": nonce, "proof": proof})  # fmt: skip
+        wire.send(sock, {"t": "hello", "worker": worker, "pid": os.getpid(), "world": world, "job": job,
+                         "nonce": nonce, "proof": proof, **(report or {})})  # fmt: skip
         try:
-            reply = wire.recv_one(self.sock, self.reader, self._left(), frozenset({"welcome", "refused"}))
+            reply = wire.recv_one(sock, reader, self._left(), frozenset({"welcome", "refused"}))
         except wire.ProtocolError as exc:
             raise self._unreachable(f"its answer to hello is not the ptc protocol ({exc})") from None
         if reply is None:
-            raise self._unreachable(f"no answer to hello within connect_timeout = {self._connect_timeout:g} s")
+            raise self._unreachable(f"no answer to hello within connect_timeout = {self._attempt_timeout:g} s")
         if reply["t"] == "refused":
             if reply.get("finished"):
                 raise JobFinished(f"worker {worker}: {reply['error']}")
@@ -247,12 +311,27 @@ class _Link:
                 wire.send(self.sock, message)
 
     def _run(self) -> None:
+        while True:
+            self._serve()  # until the connection ends
+            with self.cond:
+                if self._closed or self.fenced is not None:
+                    self.cond.notify_all()
+                    return
+                self.down_since = time.monotonic()
+                self.cond.notify_all()
+            self._on_news()
+            if not self._reconnect():
+                return
+
+    def _serve(self) -> None:
+        """Heartbeats out, news in, until the connection ends (or the link is closed)."""
         import select
 
         if not self._receive_buffered():  # what arrived together with the welcome
+            self._drop_socket()
             return
         next_beat = time.monotonic()
-        while not self._closed:
+        while not self._closed and self.fenced is None:
             now = time.monotonic()
             if now >= next_beat:
                 self.send({"t": "hb"})
@@ -268,25 +347,70 @@ class _Link:
             except OSError:
                 data = b""
             if not data:
-                self._gone()
-                return
+                break
             try:
                 self.reader.feed(data)
             except wire.ProtocolError:
-                self._gone()
-                return
+                break
             if not self._receive_buffered():
-                return
+                break
+        self._drop_socket()
 
-    def _gone(self) -> None:
-        """The coordinator closed the connection, or sent what is not a message: it is lost
-        (unless it fenced this worker first, or this worker closed the link)."""
-        with self.cond:
-            if not self._closed and self.fenced is None:
-                self.lost = True
-            self.cond.notify_all()
-        if not self._closed:
-            self._on_news()
+    def _drop_socket(self) -> None:
+        with self._send_lock:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def _reconnect(self) -> bool:
+        """Connect again (the coordinator was lost), to each address in turn, until one welcomes
+        this worker or the link is closed; True once connected.  A refusal fences the link."""
+        pause = RECONNECT_PAUSE_S
+        lost_address, respawned = self.address, self._respawn is None
+        while not self._closed:
+            for address in self.addresses:
+                if self._closed:
+                    return False
+                try:
+                    report = self._report() if self._report is not None else None
+                    sock, reader, welcome = self._handshake(address, RECONNECT_ATTEMPT_S, report,
+                                                            retry=len(self.addresses) == 1)  # fmt: skip
+                except (MembershipRefused, JobFinished) as exc:
+                    with self.cond:
+                        self.fenced, self.finished = f"refused on reconnect: {exc}", isinstance(exc, JobFinished)
+                        self.cond.notify_all()
+                    self._on_news()
+                    return False
+                except Exception:  # noqa: BLE001 - unreachable (or not yet): the next address, the next round
+                    continue
+                with self._send_lock:
+                    if self._closed:
+                        sock.close()
+                        return False
+                    self.sock, self.reader = sock, reader
+                with self.cond:
+                    self.welcome, self.store_port = welcome, int(welcome["store_port"])
+                    self.down_since = None
+                    self.reconnects += 1
+                    self.cond.notify_all()
+                self._on_news()
+                return True
+            if not respawned:  # a first round found nobody: the launcher's hook may start one (torchrun path)
+                respawned = True
+                try:
+                    self._respawn(lost_address)  # type: ignore[misc]
+                except Exception:  # noqa: BLE001 - another member's coordinator may hold the port: keep trying
+                    pass
+                continue
+            time.sleep(pause)
+            pause = min(pause * 2, RECONNECT_MAX_PAUSE_S)
+        return False
+
+    @property
+    def down(self) -> bool:
+        """The coordinator is unreachable now (the link reconnects in the background)."""
+        return self.down_since is not None
 
     def _receive_buffered(self) -> bool:
         """Take every complete line the reader holds; False once the coordinator counts as lost."""
@@ -297,7 +421,6 @@ class _Link:
             try:
                 message = wire.decode(line, wire.TO_WORKER)
             except wire.ProtocolError:
-                self._gone()
                 return False
             self._receive(message)
 
@@ -383,6 +506,19 @@ class FaultTolerantGroup:
     benchmarks); this worker fires those that target it at its fault points.
     Without one (the default) nothing is ever injected.
 
+    ``coordinator``: ``"host:port"``, or several comma-separated (a restarted
+    coordinator's and standbys' addresses), tried in turn.  The coordinator's
+    death is not fatal: the member goes on training in its generation and
+    reconnects in the background (its hello then reports its generation, the
+    members and the newest generation it heard of, from which a new
+    coordinator rebuilds the job's state); a recovery that needs a coordinator
+    while none is reachable waits for one at most ``coordinator_timeout``
+    seconds (default ``$PTC_FT_COORDINATOR_TIMEOUT``, else 60) and then raises
+    :class:`~ptc.errors.PeerFailure` saying so.  ``respawn(address)``: called
+    once per outage, on the link's thread, after a first round of reconnects
+    found nobody (the torchrun path passes one that starts the lost detached
+    coordinator again at its address).
+
     Raises :class:`~ptc.errors.CoordinatorUnreachable` when no coordinator
     answers at ``coordinator`` within ``connect_timeout`` (or what answers
     does not speak the protocol), :class:`MembershipRefused` when it refuses
@@ -400,13 +536,21 @@ class FaultTolerantGroup:
         reconfigure_timeout: float = 2.0,
         join_timeout: float = 60.0,
         connect_timeout: float = 30.0,
+        coordinator_timeout: Optional[float] = None,
         engine: str = "auto",
         flight_recorder: Any = None,
         job: str = "default",
         secret: Optional[auth.Secret] = None,
         secret_file: Optional[str] = None,
         faults: Sequence[Fault] = (),
+        respawn: Optional[Callable[[str], None]] = None,
     ) -> None:
+        if coordinator_timeout is None:
+            try:
+                coordinator_timeout = float(os.environ.get("PTC_FT_COORDINATOR_TIMEOUT", COORDINATOR_TIMEOUT_S))
+            except ValueError:
+                raise PtcValueError(f"$PTC_FT_COORDINATOR_TIMEOUT = {os.environ['PTC_FT_COORDINATOR_TIMEOUT']!r}: "
+                                    "expected seconds") from None  # fmt: skip
         if isinstance(worker_id, bool) or not isinstance(worker_id, int) or not 0 <= worker_id <= wire.MAX_ID:
             raise PtcValueError(f"worker_id = {worker_id!r}: expected an int in 0..{wire.MAX_ID} "
                                 "(a unique id per worker process)")  # fmt: skip
@@ -414,7 +558,7 @@ class FaultTolerantGroup:
             raise PtcValueError(f"world_size = {world_size!r}: expected an int >= 1")
         for name, value in (("heartbeat_interval", heartbeat_interval), ("timeout", timeout),
                             ("reconfigure_timeout", reconfigure_timeout), ("join_timeout", join_timeout),
-                            ("connect_timeout", connect_timeout)):  # fmt: skip
+                            ("connect_timeout", connect_timeout), ("coordinator_timeout", coordinator_timeout)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise PtcValueError(f"{name} = {value!r}: expected seconds > 0")
         if engine not in ("auto", "native", "rebuild"):
@@ -433,8 +577,19 @@ class FaultTolerantGroup:
             from ptc.errors import FeatureUnavailable
 
             raise FeatureUnavailable("torch.distributed is not built in", requirement="DISTRIBUTED")
+        if not isinstance(coordinator, str):
+            raise PtcValueError(f"coordinator = {coordinator!r}: expected 'host:port' (or several, comma-separated)")
+        self._addresses = [a.strip() for a in coordinator.split(",") if a.strip()]
+        if not self._addresses:
+            raise PtcValueError(f"coordinator = {coordinator!r}: expected 'host:port' (or several, comma-separated)")
+        for address in self._addresses:
+            wire.parse_address(address)
         self.worker_id = worker_id
         self.coordinator = coordinator
+        self._coordinator_timeout = float(coordinator_timeout)
+        self._respawn = respawn
+        self._recovering = False  # the current generation failed here: recover() is due or running
+        self._old_engines: List[Any] = []  # engines of earlier coordinators' stores: their groups are never destroyed
         self.job = job
         self._secret = auth.resolve(secret, secret_file)
         self._world_size = world_size
@@ -456,6 +611,7 @@ class FaultTolerantGroup:
         self.closed = False
         self.faults = Injector(faults, lambda name, data: self._event(name, **data)) if faults else None
         self._link = self._connect(world_size)
+        self._store_at = (self._link.address, self._link.store_port)
         self._store = self._make_store()
         self._engine = (gloo.NativeEngine if self._engine_name == "native" else gloo.RebuildEngine)(
             self._store, worker_id, self._timeout
@@ -465,16 +621,47 @@ class FaultTolerantGroup:
     # --- membership ----------------------------------------------------------
 
     def _connect(self, world_size: Optional[int]) -> _Link:
-        return _Link(self.coordinator, worker=self.worker_id, world=world_size, job=self.job, secret=self._secret,
+        return _Link(self._addresses, worker=self.worker_id, world=world_size, job=self.job, secret=self._secret,
                      heartbeat_interval=self._heartbeat_interval, connect_timeout=self._connect_timeout,
-                     on_news=self._wake_waiters)  # fmt: skip
+                     on_news=self._wake_waiters, report=self._report, respawn=self._respawn)  # fmt: skip
 
     def _make_store(self) -> Any:
         import torch.distributed as dist
 
-        host, _ = wire.parse_address(self.coordinator)
-        return dist.TCPStore(host, self._link.store_port, is_master=False,
+        host, _ = wire.parse_address(self._store_at[0])
+        return dist.TCPStore(host, self._store_at[1], is_master=False,
                              timeout=datetime.timedelta(seconds=self._connect_timeout))  # fmt: skip
+
+    def _report(self) -> Optional[Dict[str, Any]]:
+        """What this member tells a coordinator it reconnects to (it rebuilds the job's state from
+        these): its generation, the members, the newest generation number it was told of, and
+        whether its generation failed here (then it cannot be resumed as it is)."""
+        gen = self.generation
+        if gen is None:
+            return None
+        news = self._link.announced if getattr(self, "_link", None) is not None else None
+        seen = max(gen.number, news.number if news is not None else 0)
+        report: Dict[str, Any] = {"gen": gen.number, "members": list(gen.members), "seen": seen}
+        if self._recovering:
+            report["broken"] = True
+        return report
+
+    def _follow_coordinator(self) -> None:
+        """After the link reconnected to another coordinator (a restart, a standby), connect
+        generations through its store: a new store client and a new engine (the old engine's
+        groups are kept, never destroyed; a rebuilt one's connections are shut down)."""
+        link = self._link
+        where = (link.address, link.store_port)
+        if where == self._store_at:
+            return
+        self._store_at = where
+        self._store = self._make_store()
+        old = self._engine
+        if isinstance(old, gloo.RebuildEngine) and old.pg is not None:
+            gloo.retire(old.pg, old._sockets)
+        self._old_engines.append(old)
+        self._engine = type(old)(self._store, self.worker_id, self._timeout)
+        self._event("store_moved", address=link.address, store_port=link.store_port)
 
     @property
     def engine(self) -> str:
@@ -536,9 +723,13 @@ class FaultTolerantGroup:
         """The PeerFailure for the current generation, naming the failed ranks
         (waits briefly for the coordinator's verdict when it is not in yet)."""
         gen = self._current()
+        self._recovering = True
         if self._link.fenced is not None:
             return self._fenced()  # type: ignore[return-value]
-        if not self.stale() and not self._link.lost:
+        if self._link.down:
+            detail = (f"{detail} (the coordinator is unreachable: recovery waits up to coordinator_timeout = "
+                      f"{self._coordinator_timeout:g} s for one at {self.coordinator})")  # fmt: skip
+        elif not self.stale() and not self._link.lost:
             self._link.send({"t": "fail", "gen": gen.number, "err": detail[:300]})
             with self._link.cond:
                 self._link.cond.wait_for(self.stale, timeout=self._heartbeat_interval * 20 + 2)
@@ -566,15 +757,16 @@ class FaultTolerantGroup:
         ended meanwhile), ``PtcError`` after ``timeout`` seconds (default
         ``join_timeout``) without a generation.
         """
-        deadline = time.monotonic() + (self._join_timeout if timeout is None else timeout)
+        deadline = [time.monotonic() + (self._join_timeout if timeout is None else timeout)]
         link = self._link
+        if self.generation is not None:
+            self._recovering = True
         while True:
+            known = self.generation.number if self.generation is not None else 0
+            ok = self._wait_link(
+                lambda: link.fenced is not None or link.lost or (link.announced is not None and link.announced.number > known),
+                deadline, known)  # fmt: skip
             with link.cond:
-                known = self.generation.number if self.generation is not None else 0
-                ok = link.cond.wait_for(
-                    lambda: link.fenced is not None or link.lost or (link.announced is not None and link.announced.number > known),
-                    timeout=max(0.0, deadline - time.monotonic()),
-                )
                 news = link.announced
             if link.fenced is not None:
                 raise self._fenced()
@@ -588,14 +780,23 @@ class FaultTolerantGroup:
             if self.worker_id not in news.members:
                 raise Fenced(f"worker {self.worker_id} is not a member of generation {news.number}; call rejoin()")
             started = time.monotonic()
+            try:
+                self._follow_coordinator()  # before the handle: it is the engine's
+            except Exception as exc:  # noqa: BLE001 - its store is not reachable (yet): wait for news again
+                self._event("store_unreachable", error=f"{type(exc).__name__}: {exc}"[:200])
+                time.sleep(RECONNECT_PAUSE_S)
+                continue
             link.send({"t": "ready", "gen": news.number, "handle": self._engine.handle()})
             self.fault_point("reconfigure", news.number, news.rank_of(self.worker_id))
+            self._wait_link(lambda: news.number in link.go or self._superseded(news) or link.fenced is not None
+                            or link.lost or link.down, deadline, known)  # fmt: skip
             with link.cond:
-                link.cond.wait_for(lambda: news.number in link.go or self._superseded(news) or link.fenced is not None
-                                   or link.lost, timeout=max(0.0, deadline - time.monotonic()))  # fmt: skip
                 handles = link.go.get(news.number)
             if handles is None:
-                if time.monotonic() >= deadline and not self._superseded(news):
+                if link.down:  # the coordinator died before its go: the next one forms a newer generation
+                    self._wait_link(lambda: not link.down or link.fenced is not None or link.lost, deadline, known)
+                    continue
+                if time.monotonic() >= deadline[0] and not self._superseded(news):
                     raise PtcError(f"generation {news.number} did not become ready within the join timeout")
                 continue  # superseded, fenced or lost: loop decides
             rank = news.rank_of(self.worker_id)
@@ -616,11 +817,40 @@ class FaultTolerantGroup:
                 continue
             old_pg = getattr(self, "_last_pg", None)
             self.previous, self.generation = self.generation, news
+            self._recovering = False
             self._last_pg = new_pg
             self._move_recorder(old_pg, new_pg, news)
             self._event("reconfigured", gen=news.number, rank=rank, size=len(news.members),
                         dt_ms=round((time.monotonic() - started) * 1000, 2), engine=self.engine)  # fmt: skip
             return news
+
+    def _wait_link(self, done: Callable[[], bool], deadline: List[float], known: int) -> bool:
+        """Wait on the link until ``done()`` (True) or ``deadline[0]`` (False).  While the coordinator
+        is unreachable the deadline is not counted: the wait ends when it is back (``deadline[0]``
+        then extends to at least ``join_timeout`` from there) or raises :class:`PeerFailure` after
+        ``coordinator_timeout`` seconds without one."""
+        link = self._link
+        outage: Optional[float] = None
+        while True:
+            with link.cond:
+                if done():
+                    return True
+                now = time.monotonic()
+                if link.down:
+                    outage = now if outage is None else outage
+                    if now - outage >= self._coordinator_timeout:
+                        raise PeerFailure((), known, f"no coordinator came back at {self.coordinator} within "
+                                                     f"coordinator_timeout = {self._coordinator_timeout:g} s; "
+                                                     "the group cannot recover")  # fmt: skip
+                    link.cond.wait(timeout=min(0.25, self._coordinator_timeout - (now - outage)))
+                    continue
+                if outage is not None:
+                    outage = None
+                    deadline[0] = max(deadline[0], now + self._join_timeout)
+                left = deadline[0] - now
+                if left <= 0:
+                    return False
+                link.cond.wait(timeout=left)
 
     def _arrive(self, news: Generation, rank: int) -> Optional[bool]:
         """Meet the other members of ``news`` in the store before the engine connects them.
@@ -639,7 +869,7 @@ class FaultTolerantGroup:
         others = [prefix + str(r) for r in range(len(news.members)) if r != rank]
 
         def doomed() -> bool:
-            return self._superseded(news) or link.fenced is not None or link.lost
+            return self._superseded(news) or link.fenced is not None or link.lost or link.down
 
         limit = time.monotonic() + self._reconfigure_timeout.total_seconds()
         pause = ARRIVE_POLL_MIN_S
@@ -968,9 +1198,11 @@ def init_fault_tolerant(
         coordinator = os.environ.get("PTC_FT_COORDINATOR")
     if coordinator is None:
         secret = auth.resolve(options.pop("secret", None), options.pop("secret_file", None))
+        hooks: List[Callable[[str], None]] = []
         coordinator, options["secret"] = _coordinator_from_store(
             store, worker_id, world_size, str(options.get("job", "default")),
-            float(options.get("connect_timeout", 30.0)), secret, min_workers or 1)  # fmt: skip
+            float(options.get("connect_timeout", 30.0)), secret, min_workers or 1, respawn=hooks)  # fmt: skip
+        options.setdefault("respawn", hooks[0])
     return FaultTolerantGroup(coordinator, worker_id, world_size, **options)
 
 
@@ -985,9 +1217,11 @@ def _env_int(name: str, argument: str) -> int:
 
 
 def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int], job: str, timeout: float,
-                            secret: Optional[bytes], min_workers: int) -> Tuple[str, bytes]:  # fmt: skip
-    """The coordinator's address and the job secret, through the bootstrap store (the first
-    worker there starts the coordinator; see :func:`init_fault_tolerant`)."""
+                            secret: Optional[bytes], min_workers: int,
+                            respawn: Optional[List[Callable[[str], None]]] = None) -> Tuple[str, bytes]:  # fmt: skip
+    """The coordinator's address and the job secret, through the bootstrap store (the first worker
+    there starts the coordinator; see :func:`init_fault_tolerant`); ``respawn`` receives the group's
+    hook that starts the coordinator again when the members lost it."""
     import torch.distributed as dist
 
     if store is None:
@@ -1025,4 +1259,22 @@ def _coordinator_from_store(store: Any, worker_id: int, world_size: Optional[int
                                     f"this worker the same (${auth.ENV_SECRET}, ${auth.ENV_SECRET_FILE} "
                                     "or secret=)")  # fmt: skip
         secret = bytes(store.get(secret_key))
+    job_secret_: bytes = secret
+    assert world_size is not None
+
+    def _respawn(address: str) -> None:
+        """The detached coordinator at ``address`` is gone: one member (the first to claim this
+        incarnation in the store) starts another at the same address; the port decides if two try."""
+        incarnation = store.add(f"ptc_ft/{job}/incarnation", 0)
+        if store.compare_set(f"ptc_ft/{job}/respawn/{incarnation}", "", str(worker_id)) != str(worker_id).encode():
+            return
+        host, port = wire.parse_address(address)
+        try:
+            spawn_detached(store, key, world_size=world_size, secret=job_secret_, host=host, port=port,
+                           min_workers=min_workers, job=job)  # fmt: skip
+        finally:
+            store.add(f"ptc_ft/{job}/incarnation", 1)
+
+    if respawn is not None:
+        respawn.append(_respawn)
     return store.get(key).decode(), secret

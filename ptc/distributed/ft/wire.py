@@ -14,7 +14,14 @@ worker -> coordinator      meaning
                           None), ``job`` id, ``nonce`` (the worker's own
                           challenge to the coordinator), ``proof``
                           (HMAC-SHA256 of the challenge, job and worker id
-                          under the job secret; None without a secret)
+                          under the job secret; None without a secret).
+                          A member that reconnects after its coordinator
+                          was lost adds what it knows: ``gen`` (the
+                          generation it is connected in), ``members`` (that
+                          generation's worker ids in rank order) and
+                          ``seen`` (the newest generation number it was
+                          told of); all three or none; ``broken``: that
+                          generation failed here (it cannot be resumed)
 ``hb``                    heartbeat, every ``heartbeat_interval`` seconds
 ``ready``                 ready to connect generation ``gen``; ``handle`` is
                           the reconfigure handle (torch with ``_reconfigure``)
@@ -89,7 +96,9 @@ RESERVED_EVENT_FIELDS = frozenset({"time", "who", "event", "worker"})
 RESERVED_EVENT_NAMES = frozenset({"hello", "refused", "rejected", "generation", "worker_failed", "left",
                                   "job_finished", "waiting_for_workers", "not_ready", "internal_error",
                                   "accept_paused", "rejections_suppressed", "coordinator_exit", "spawn",
-                                  "sigcont", "go"})  # fmt: skip
+                                  "sigcont", "go", "adopted", "coordinator_started",
+                                  "coordinator_killed", "coordinator_restart", "coordinator_exited",
+                                  "adopt_abandoned"})  # fmt: skip
 
 
 class ProtocolError(ValueError):
@@ -233,7 +242,10 @@ SCHEMA: Dict[str, Dict[str, Field]] = {
     # worker -> coordinator
     "hello": {"worker": Int(0, MAX_ID), "pid": Int(0, MAX_ID, optional=True, null=True),
               "world": Int(1, MAX_WORLD, optional=True, null=True), "job": Text(MAX_NAME, 1),
-              "nonce": Hex(), "proof": Hex(optional=True, null=True)},  # fmt: skip
+              "nonce": Hex(), "proof": Hex(optional=True, null=True),
+              # a member reconnecting after the coordinator was lost: what it knows (see Coordinator._adopt)
+              "gen": Int(1, MAX_GEN, optional=True), "members": Array(Int(0, MAX_ID), optional=True),
+              "seen": Int(1, MAX_GEN, optional=True), "broken": Bool(optional=True)},  # fmt: skip
     "hb": {},
     "ready": {"gen": _GEN, "handle": Text(MAX_HANDLE)},
     "fail": {"gen": _GEN, "err": Text(MAX_TEXT, optional=True)},
