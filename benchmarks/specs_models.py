@@ -362,18 +362,20 @@ def _image_points(k: int, lo: int, hi: int) -> Tuple[List[Point], Point, List[Po
     return compile_points, {"B": 2, "H": sizes[1], "W": sizes[2]}, unseen, infer
 
 
-def _image_case(name: str, source: str, build, k: int, lo: int, hi: int, kind: str, extra: Optional[Dict[str, Any]] = None, outputs=None) -> Case:
+def _image_case(name: str, source: str, build, k: int, lo: int, hi: int, kind: str, extra: Optional[Dict[str, Any]] = None, outputs=None,
+                hw_kind: Optional[str] = None, hw_why: str = "") -> Case:
     def spec():
         B = Var("B", min=1, max=8, kind=kind)
-        H, W = Var("H", min=lo, max=hi, kind=kind), Var("W", min=lo, max=hi, kind=kind)
+        H, W = Var("H", min=lo, max=hi, kind=hw_kind or kind), Var("W", min=lo, max=hi, kind=hw_kind or kind)
         assumptions = [sympy.Eq(H % k, 0), sympy.Eq(W % k, 0)] if k > 1 else []
         return {"pixel_values" if extra is not None else "x": tensor(B, 3, H, W)}, assumptions
 
     why = (
         f"H, W >= {lo}: a 1x1 final feature map is treated apart (from H, W = {k}, export guards "
-        f"(W - 1) // {k} + 1 != 1 and a compiled call raises SpecConstraintError naming it)"
+        f"(W - 1) // {k} + 1 != 1; ptc.specs.explain names it)"
         if lo > k else ""
     )
+    why = "; ".join(w for w in (why, hw_why) if w)
 
     def call(pt, seed):
         g = torch.Generator().manual_seed(seed)
@@ -431,7 +433,8 @@ def hf_convnext_case(kind: str) -> Case:
     )
 
 
-def timm_case(name: str, model_name: str, k: int, lo: int, hi: int, kind: str, **kwargs: Any) -> Case:
+def timm_case(name: str, model_name: str, k: int, lo: int, hi: int, kind: str, hw_kind: Optional[str] = None,
+              hw_why: str = "", **kwargs: Any) -> Case:
     import timm
 
     def build():
@@ -439,7 +442,8 @@ def timm_case(name: str, model_name: str, k: int, lo: int, hi: int, kind: str, *
         return timm.create_model(model_name, pretrained=False, num_classes=10, **kwargs).eval()
 
     shown = ", ".join(f"{k}={v}" for k, v in kwargs.items())
-    return _image_case(name, f"timm {model_name}" + (f" ({shown})" if shown else ""), build, k, lo, hi, kind)
+    return _image_case(name, f"timm {model_name}" + (f" ({shown})" if shown else ""), build, k, lo, hi, kind,
+                       hw_kind=hw_kind, hw_why=hw_why)
 
 
 def cases(kind: str, names: Optional[Sequence[str]] = None) -> Tuple[List[Case], str]:
@@ -455,7 +459,12 @@ def cases(kind: str, names: Optional[Sequence[str]] = None) -> Tuple[List[Case],
     }
     if usable:
         builders["resnet50"] = lambda: timm_case("resnet50", "resnet50", 32, 64, 192, kind)
-        builders["timm-vit"] = lambda: timm_case("timm-vit", "vit_tiny_patch16_224", 16, 32, 128, kind, dynamic_img_size=True)
+        builders["timm-vit"] = lambda: timm_case(
+            "timm-vit", "vit_tiny_patch16_224", 16, 32, 128, kind, dynamic_img_size=True, hw_kind="unbacked",
+            hw_why="H, W unbacked: timm's PatchEmbed formats H and W into its assertion messages "
+            "(timm/layers/patch_embed.py: f'Input height ({H}) ...'), which specialises backed sizes under "
+            "torch.compile (with backed H, W ptc logs that and falls back by itself: 2 graphs, 16/16 equal)",
+        )
         builders["convnext"] = lambda: timm_case("convnext", "convnext_atto", 32, 64, 192, kind)
         line = f"image models from timm ({why})"
     else:
