@@ -262,35 +262,13 @@ def tail_injections(events: List[Dict[str, Any]], world: int) -> List[Dict[str, 
     return out
 
 
-class _TailJob(LocalJob):
-    """LocalJob whose restart sees the victim's own exit first.
-
-    LocalJob restarts a failed worker unless a restart of it is still running;
-    the coordinator can see a SIGKILLed process's connection close (its files
-    are closed on exit) a moment before the process is a zombie that
-    ``poll()`` reports, so when the victim is itself a restart, it can look
-    alive and no restart follows (seen once in 14 kills: the job went on with
-    3 workers).  Here every failure is a kill: wait (up to 2 s) for the
-    failed worker's running restarts to exit before deciding."""
-
-    def _react(self, coordinator: Any, event: Dict[str, Any], joins: Any, timers: Any) -> None:
-        if event.get("event") == "worker_failed":
-            for r in self.runs:
-                if r.worker == event.get("worker") and r.kind != "initial" and r.proc.poll() is None:
-                    try:
-                        r.proc.wait(timeout=2.0)
-                    except subprocess.TimeoutExpired:
-                        pass
-        super()._react(coordinator, event, joins, timers)
-
-
 def run_tail(world: int, engine: str, injections: int, *, gap: int = 30, sleep: float = SLEEP,
              timeout: Optional[float] = None) -> Dict[str, Any]:  # fmt: skip
     """``injections`` kills inside the allreduce in one job (``benchmarks/ft_tail_worker.py``)."""
     out = Path(tempfile.mkdtemp(prefix="ptc-ft-tail-"))
     argv = [sys.executable, str(ROOT / "benchmarks" / "ft_tail_worker.py"), "--out", str(out / "states"), "--world",
             str(world), "--injections", str(injections), "--gap", str(gap), "--sleep", str(sleep), "--engine", engine]  # fmt: skip
-    job = _TailJob(lambda worker: argv, world, restart_after=0.0, heartbeat_timeout=3.0, log_dir=out / "logs")
+    job = LocalJob(lambda worker: argv, world, restart_after=0.0, heartbeat_timeout=3.0, log_dir=out / "logs")
     result = job.run(timeout=timeout or 90 + 10 * injections)
     (out / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in result.events))
     states = ft_demo.load_states(out / "states")

@@ -126,10 +126,10 @@ def test_a_standby_at_the_next_address_takes_over_and_its_store_connects_the_nex
 
 
 def _job(tmp_path: Path, *, steps: int, faults=(), restart_after=1.0, kill_at=(30,), env=None,
-         timeout: float = 150.0) -> Outcome:  # fmt: skip
+         timeout: float = 150.0, heartbeat_timeout: float = 3.0) -> Outcome:  # fmt: skip
     out = tmp_path / "out"
     args = ["--steps", str(steps), "--out", str(out), "--sleep", "0.04"]
-    job = LocalJob(python_module("ptc.demos.ft_example", *args), 3, faults=faults, heartbeat_timeout=3.0,
+    job = LocalJob(python_module("ptc.demos.ft_example", *args), 3, faults=faults, heartbeat_timeout=heartbeat_timeout,
                    log_dir=tmp_path / "logs", coordinator_process=True, coordinator_restart_after=restart_after,
                    kill_coordinator_at=kill_at, env=env)  # fmt: skip
     result = job.run(timeout=timeout)
@@ -153,7 +153,10 @@ def _commits_around_the_outage(outcome: Outcome):
 
 @pytest.mark.multiprocess
 def test_the_coordinator_sigkilled_mid_run_and_restarted_stops_no_worker_and_loses_no_step(tmp_path):
-    outcome = _job(tmp_path, steps=200)
+    # heartbeat_timeout 10 s: once in several runs on a busy 2-core machine (torch 2.14.1) a member
+    # went silent for ~3-5 s soon after the restarted coordinator adopted the generation and was fenced
+    # (the job then finished correctly without it); this test is about the outage, not that stall
+    outcome = _job(tmp_path, steps=200, heartbeat_timeout=10.0)
     text = outcome.describe()
     check_consistent(outcome, expect_workers=[0, 1, 2])  # every step committed once, states equal the replay
     assert all(r.returncode == 0 for r in outcome.result.runs), text

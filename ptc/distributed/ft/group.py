@@ -855,18 +855,17 @@ class FaultTolerantGroup:
     def _arrive(self, news: Generation, rank: int) -> Optional[bool]:
         """Meet the other members of ``news`` in the store before the engine connects them.
 
-        Sets this member's arrival key of the generation (a prefix no other generation uses), then
-        checks for every other member's, first at once, then in slices of ``ARRIVE_POLL_MIN_S``
-        growing to ``ARRIVE_POLL_MAX_S``, waiting between checks on the link, so that news from the
-        coordinator ends the wait at once.  True when every member arrived (the engine's connect
+        Adds one to the generation's arrival count in the store (a key no other generation uses),
+        then reads the count (one small request, whatever the size of the generation), first at
+        once, then in slices of ``ARRIVE_POLL_MIN_S`` growing to ``ARRIVE_POLL_MAX_S``, waiting
+        between reads on the link, so that news from the coordinator ends the wait at once.  True when every member arrived (the engine's connect
         then finds them all); None when a newer generation was announced (this one is doomed: a
         member failed), this worker was fenced or the coordinator is lost; False when
         ``reconfigure_timeout`` passed first.  Store errors propagate (as the connect's would).
         """
         link = self._link
-        prefix = f"ptc_ft/arrive/g{news.number}/"
-        self._store.set(prefix + str(rank), "1")
-        others = [prefix + str(r) for r in range(len(news.members)) if r != rank]
+        key, size = f"ptc_ft/arrive/g{news.number}", len(news.members)
+        self._store.add(key, 1)
 
         def doomed() -> bool:
             return self._superseded(news) or link.fenced is not None or link.lost or link.down
@@ -876,7 +875,7 @@ class FaultTolerantGroup:
         while True:
             if doomed():
                 return None
-            if not others or self._store.check(others):
+            if self._store.add(key, 0) >= size:
                 return True
             left = limit - time.monotonic()
             if left <= 0:

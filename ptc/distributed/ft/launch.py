@@ -42,6 +42,9 @@ from ptc.distributed.ft.coordinator import READY_TIMEOUT, Coordinator
 from ptc.distributed.processes import wait_then_kill
 from ptc.errors import PtcValueError
 
+# How long a restart waits for a failed worker's process to finish exiting (see LocalJob._fire).
+RESTART_EXIT_WAIT_S = 0.5
+
 
 @dataclass
 class WorkerRun:
@@ -340,7 +343,7 @@ class LocalJob:
         elif name == "worker_failed" and self.restart_after is not None:
             worker = int(event["worker"])
             ours = [r for r in self.runs if r.worker == worker]  # a worker this launcher started, not a stranger
-            if ours and not any(r.proc.poll() is None and r.kind != "initial" for r in ours):
+            if ours:  # (whether one of them still runs is decided when the timer fires: _fire)
                 timers.append((time.monotonic() + self.restart_after, "restart", worker))
 
     def _fire(self, coordinator: Any, action: str, argument: Any) -> None:
@@ -355,7 +358,15 @@ class LocalJob:
                 coordinator._event("sigcont", pid=argument)
         elif action == "restart":
             alive = [r for r in self.runs if r.worker == argument and r.proc.poll() is None]
-            if not alive:
+            # The coordinator sees a killed process's connection close (its files are closed as it
+            # exits) a moment before poll() can report the exit: give a dying one that moment.
+            deadline = time.monotonic() + RESTART_EXIT_WAIT_S
+            for r in alive:
+                try:
+                    r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            if not any(r.proc.poll() is None for r in alive):  # a live one (hung, stopped) is not doubled
                 self._spawn(coordinator, argument, "restart")
 
 
