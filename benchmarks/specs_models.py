@@ -709,7 +709,10 @@ class Runner:
     def inferred_spec(self) -> Spec:
         examples = [((), self.case.call(pt, 3000 + i)) for i, pt in enumerate(self.case.infer_points)]
         kinds = {v.shape_kind for v in spec_of(self.spec_cls).spec.vars}
-        return infer_spec(self.model, examples, kind=kinds.pop() if len(kinds) == 1 else "backed")
+        # one kind for every inferred variable: unbacked where the hand-written spec needs some
+        # (a model that specialises backed sizes), else the spec's own
+        kind = "unbacked" if "unbacked" in kinds else (kinds.pop() if len(kinds) == 1 else "backed")
+        return infer_spec(self.model, examples, kind=kind)
 
     def ptc_infer(self) -> Tuple[Row, Row, Spec]:
         start = time.perf_counter()
