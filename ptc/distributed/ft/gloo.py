@@ -22,7 +22,12 @@ from ptc import _compat
 
 
 class NativeEngine:
-    """torch's gloo reconfigure: one process group for the whole job."""
+    """torch's gloo reconfigure: one process group for the whole job.
+
+    Reconfiguring connects the new generation's pairs and leaves the replaced one's open, with
+    its pending collectives pending (torch 2.14.1): :meth:`connect` shuts those connections down,
+    as :func:`retire` does for a rebuilt group.
+    """
 
     name = "native"
 
@@ -32,6 +37,7 @@ class NativeEngine:
         self._timeout = timeout
         self.pg = _compat.gloo_process_group(PrefixStore("ptc_ft/pg", store), worker_id, worker_id + 1, timeout,
                                              reconfigurable=True)  # fmt: skip
+        self._sockets: Dict[int, int] = {}  # the current generation's connections (see connect)
 
     def handle(self) -> str:
         return self.pg.get_reconfigure_handle()
@@ -43,8 +49,19 @@ class NativeEngine:
         options.uuid = gen
         options.handles = list(handles)
         options.timeout = timeout
+        before = open_sockets()
         self.pg.reconfigure(options).wait()
+        opened = {fd: inode for fd, inode in open_sockets().items() if before.get(fd) != inode}
         self.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
+        # the replaced generation's collectives still pending end now, as RebuildEngine's retire() does
+        # (every member of the new generation has left the old one: they all reconfigured).  reconfigure
+        # connects new pairs and leaves the old ones open, so an abandoned collective waiting on a peer
+        # that gave up waited for the whole timeout, holding one of the backend's worker threads, and
+        # with two of them held (a bucket allreduce and the vote's) the new generation's state sync
+        # waited as long (tests/distributed/test_ft_ddp_stall.py).  As in new_group(), a socket another
+        # thread opened during reconfigure would be counted as this generation's.
+        shut_down_connections(self._sockets)
+        self._sockets = opened
         return self.pg
 
 

@@ -156,7 +156,8 @@ class PythonHook:
         bucket that finds the vote unsent is reduced in place and the vote follows it in an
         allreduce of its own.  So every step sends the vote exactly once.  In place
         is safe because no abandoned collective outlives the recovery: both engines end a
-        replaced generation's pending collectives at once (see :func:`ptc.distributed.ft.gloo.retire`),
+        replaced generation's pending collectives at once by shutting down its connections (see
+        :func:`ptc.distributed.ft.gloo.retire` and ``NativeEngine.connect``),
         and ``Trainer._drain_abandoned`` waits for them before the next attempt touches a gradient.
         """
         ft = trainer.group
