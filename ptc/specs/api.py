@@ -198,6 +198,25 @@ def _violated_vars(bound: BoundSpec, violation: BaseException) -> set:
     return found
 
 
+def _compiled_call(obj: Any, bound: BoundSpec, enter: Callable, call_args: tuple, args: tuple, kwargs: dict) -> Any:
+    """``enter(*call_args, **kwargs)`` (the compiled body frame) between ptc's marks, called again
+    after each change :func:`_soften_or_raise` makes; ``args`` without a module's ``self``."""
+    while True:
+        state = _begin_outside_dynamo(bound, call_args, kwargs)
+        try:
+            out = enter(*call_args, **kwargs)
+            bound.soften_pending.clear()
+            return out
+        except Exception as e:
+            failure = e
+        finally:
+            _end_outside_dynamo(state)
+        _soften_or_raise(obj, bound, failure, args, kwargs)  # or raises
+
+
+_compat.skip_frame(_compiled_call.__code__)  # a boundary frame too: only the body frame is compiled
+
+
 def _decorate_function(fn: Callable, spec: Spec) -> Callable:
     bound = BoundSpec(spec, fn)
     checker, facts, enter = bound.checker, bound.facts, bound.enter
@@ -212,17 +231,7 @@ def _decorate_function(fn: Callable, spec: Spec) -> Callable:
         if _dynamo_callback() is None:  # plain eager
             checker(*args, **kwargs)
             return fn(*args, **kwargs)
-        while True:
-            state = _begin_outside_dynamo(bound, args, kwargs)
-            try:
-                out = enter(*args, **kwargs)  # Dynamo compiles the spec's body frame
-                bound.soften_pending.clear()
-                return out
-            except Exception as e:
-                failure = e
-            finally:
-                _end_outside_dynamo(state)
-            _soften_or_raise(with_spec, bound, failure, args, kwargs)  # or raises
+        return _compiled_call(with_spec, bound, enter, args, args, kwargs)  # Dynamo compiles the body frame
 
     at_boundary = torch.compiler.disable(with_spec, recursive=False)
     _compat.skip_frame(with_spec.__code__)
@@ -246,17 +255,7 @@ def _decorate_module(cls: type, spec: Spec) -> type:
         if _dynamo_callback() is None:
             checker(self, *args, **kwargs)
             return module_call(self, *args, **kwargs)
-        while True:
-            state = _begin_outside_dynamo(bound, (self,) + args, kwargs)
-            try:
-                out = enter(self, *args, **kwargs)  # the body frame calls module_call
-                bound.soften_pending.clear()
-                return out
-            except Exception as e:
-                failure = e
-            finally:
-                _end_outside_dynamo(state)
-            _soften_or_raise(self, bound, failure, args, kwargs)  # or raises
+        return _compiled_call(self, bound, enter, (self,) + args, args, kwargs)  # the body frame calls module_call
 
     @functools.wraps(forward)
     def forward_with_facts(self, *args, **kwargs):
