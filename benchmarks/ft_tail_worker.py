@@ -89,18 +89,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--heartbeat-interval", type=float, default=0.1)
     args = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import io
-
     import torch
 
+    from ptc.demos.ft import warm_up
     from ptc.demos.ft_example import LR, loss_of, make_model
 
-    # warm up what the first step would import lazily, before this process is a member (as ptc.demos.ft)
-    warm = torch.nn.Linear(2, 1)
-    torch.optim.SGD(warm.parameters(), lr=0.1).step()
-    buffer = io.BytesIO()
-    torch.save({"w": warm.state_dict()}, buffer)
-    torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    warm_up()  # before this process is a member
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
 

@@ -77,22 +77,29 @@ def _done(trainer: Any, args: argparse.Namespace) -> bool:
     return len(tail) == args.tail and all(g > 1 and len(m) >= args.until_size for _, g, m in tail)
 
 
-def worker_main(argv: Optional[List[str]] = None) -> int:
-    """One worker: ``ft_example``'s model and batches, warm-up first, optional adaptive end."""
-    started = time.time()
-    args = _worker_parser().parse_args(argv)
+def warm_up() -> None:
+    """Run once what a worker's first step would import lazily (an optimizer step, a state
+    dict saved and loaded): seconds on a small machine, better spent before joining a group."""
     import io
 
     import torch
 
-    from ptc.demos.ft_example import LR, loss_of, make_model
-
-    # warm up what the first step would import lazily, before this process is a member
     warm = torch.nn.Linear(2, 1)
     torch.optim.SGD(warm.parameters(), lr=0.1).step()
     buffer = io.BytesIO()
     torch.save({"w": warm.state_dict()}, buffer)
     torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+
+
+def worker_main(argv: Optional[List[str]] = None) -> int:
+    """One worker: ``ft_example``'s model and batches, warm-up first, optional adaptive end."""
+    started = time.time()
+    args = _worker_parser().parse_args(argv)
+    import torch
+
+    from ptc.demos.ft_example import LR, loss_of, make_model
+
+    warm_up()  # before this process is a member
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
 

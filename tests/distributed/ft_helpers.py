@@ -12,7 +12,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 
@@ -43,14 +43,17 @@ class Outcome:
 def run_scenario(tmp_path: Path, world: int, *, steps: int = 40, faults: Sequence = (), joins: Sequence = (),
                  restart_after=None, until_size: int = 0, ddp: bool = False, engine: str = "auto",
                  sleep: float = 0.0, heartbeat_timeout: float = 3.0, timeout: float = 150.0,
-                 extra: Sequence[str] = ()) -> Outcome:  # fmt: skip
+                 extra: Sequence[str] = (), **job_options: Any) -> Outcome:  # fmt: skip
+    """``ptc.demos.ft_example`` as a LocalJob of ``world`` workers (``job_options``: more of
+    LocalJob's keywords), run to its end; the workers' final states by worker id."""
     out = tmp_path / "out"
     args = ["--steps", str(steps), "--out", str(out), "--engine", engine, "--sleep", str(sleep),
             "--until-size", str(until_size), *extra]  # fmt: skip
     if ddp:
         args.append("--ddp")
     job = LocalJob(python_module("ptc.demos.ft_example", *args), world, faults=faults, joins=joins,
-                   restart_after=restart_after, heartbeat_timeout=heartbeat_timeout, log_dir=tmp_path / "logs")  # fmt: skip
+                   restart_after=restart_after, heartbeat_timeout=heartbeat_timeout, log_dir=tmp_path / "logs",
+                   **job_options)  # fmt: skip
     result = job.run(timeout=timeout)
     outputs = {}
     for path in sorted(out.glob("worker*.pt")) if out.exists() else []:

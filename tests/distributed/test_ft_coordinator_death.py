@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ft_helpers import SECRET, Outcome, Peer, check_consistent
+from ft_helpers import SECRET, Outcome, Peer, check_consistent, run_scenario
 from ptc.distributed.ft import faults as F
 from ptc.distributed.ft.coordinator import Coordinator
-from ptc.distributed.ft.launch import LocalJob, python_module
 
 
 # --- protocol level: a fresh coordinator adopts a running job -------------------------------------
@@ -127,17 +126,9 @@ def test_a_standby_at_the_next_address_takes_over_and_its_store_connects_the_nex
 
 def _job(tmp_path: Path, *, steps: int, faults=(), restart_after=1.0, kill_at=(30,), env=None,
          timeout: float = 150.0, heartbeat_timeout: float = 3.0) -> Outcome:  # fmt: skip
-    out = tmp_path / "out"
-    args = ["--steps", str(steps), "--out", str(out), "--sleep", "0.04"]
-    job = LocalJob(python_module("ptc.demos.ft_example", *args), 3, faults=faults, heartbeat_timeout=heartbeat_timeout,
-                   log_dir=tmp_path / "logs", coordinator_process=True, coordinator_restart_after=restart_after,
-                   kill_coordinator_at=kill_at, env=env)  # fmt: skip
-    result = job.run(timeout=timeout)
-    outputs = {}
-    for path in sorted(out.glob("worker*.pt")) if out.exists() else []:
-        data = torch.load(path, weights_only=False)
-        outputs[int(data["worker"])] = data
-    return Outcome(result, outputs)
+    return run_scenario(tmp_path, 3, steps=steps, faults=faults, sleep=0.04, heartbeat_timeout=heartbeat_timeout,
+                        timeout=timeout, coordinator_process=True, coordinator_restart_after=restart_after,
+                        kill_coordinator_at=kill_at, env=env)  # fmt: skip
 
 
 def _commits_around_the_outage(outcome: Outcome):

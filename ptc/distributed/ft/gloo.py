@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -49,9 +49,7 @@ class NativeEngine:
         options.uuid = gen
         options.handles = list(handles)
         options.timeout = timeout
-        before = open_sockets()
-        self.pg.reconfigure(options).wait()
-        opened = {fd: inode for fd, inode in open_sockets().items() if before.get(fd) != inode}
+        _, opened = opened_while(lambda: self.pg.reconfigure(options).wait())
         self.pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
         # the replaced generation's collectives still pending end now, as RebuildEngine's retire() does
         # (every member of the new generation has left the old one: they all reconfigured).  reconfigure
@@ -86,13 +84,17 @@ def open_sockets() -> Dict[int, int]:
     return found
 
 
+def opened_while(fn: Callable[[], Any]) -> Tuple[Any, Dict[int, int]]:
+    """``fn()``'s result and the sockets this process opened while it ran (``{fd: inode}``)."""
+    before = open_sockets()
+    result = fn()
+    return result, {fd: inode for fd, inode in open_sockets().items() if before.get(fd) != inode}
+
+
 def new_group(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Tuple[Any, Dict[int, int]]:
     """A connected gloo group and the sockets its construction opened (its listener and its
     connections to the peers: gloo connects the full mesh before it returns)."""
-    before = open_sockets()
-    pg = _compat.gloo_process_group(store, rank, size, timeout)
-    opened = {fd: inode for fd, inode in open_sockets().items() if before.get(fd) != inode}
-    return pg, opened
+    return opened_while(lambda: _compat.gloo_process_group(store, rank, size, timeout))
 
 
 def shut_down_connections(sockets: Dict[int, int]) -> int:

@@ -48,9 +48,9 @@ announces the next generation at once.  Both engines rendezvous through the
 store inside one blocking C++ call that only ends with ``reconfigure_timeout``
 (2 s by default) when a member never arrives, and nothing that call does can
 be interrupted safely.  So the members first meet in the store themselves
-(:meth:`FaultTolerantGroup._arrive`: each sets its key of the generation, then
-checks for the others' in short slices, woken by the coordinator's news in
-between) and call the engine only once every member is there: a member that
+(:meth:`FaultTolerantGroup._arrive`: each adds one to the generation's
+arrival count, then reads it in short slices, woken by the coordinator's news
+in between) and call the engine only once every member is there: a member that
 died before arriving costs the survivors the time the coordinator's news takes
 (milliseconds), not ``reconfigure_timeout``.  Only a member that dies inside
 the engine's own connect (after arriving, a window of a few milliseconds)
@@ -98,8 +98,8 @@ GROW_GRACE_S = 0.25
 FAST_WAIT = datetime.timedelta(milliseconds=20)
 
 
-# How often a member polls the store for the others' arrival keys before connecting a generation
-# (see _arrive): the first check is immediate, then the pause doubles from MIN to MAX.  News from the
+# How often a member reads the generation's arrival count in the store before connecting it
+# (see _arrive): the first read is immediate, then the pause doubles from MIN to MAX.  News from the
 # coordinator (a newer generation: this one is doomed) ends the wait at once, whatever the pause.
 ARRIVE_POLL_MIN_S = 0.001
 ARRIVE_POLL_MAX_S = 0.02
@@ -801,7 +801,7 @@ class FaultTolerantGroup:
                 continue  # superseded, fenced or lost: loop decides
             rank = news.rank_of(self.worker_id)
             try:
-                arrived = self._arrive(news, rank)
+                arrived = self._arrive(news)
                 if arrived is None:  # doomed (superseded), fenced or lost before everyone arrived: loop decides
                     self._event("connect_abandoned", gen=news.number,
                                 waited_ms=round((time.monotonic() - started) * 1000, 2))  # fmt: skip
@@ -852,7 +852,7 @@ class FaultTolerantGroup:
                     return False
                 link.cond.wait(timeout=left)
 
-    def _arrive(self, news: Generation, rank: int) -> Optional[bool]:
+    def _arrive(self, news: Generation) -> Optional[bool]:
         """Meet the other members of ``news`` in the store before the engine connects them.
 
         Adds one to the generation's arrival count in the store (a key no other generation uses),
