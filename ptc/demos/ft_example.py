@@ -104,6 +104,9 @@ def _train(argv: Optional[List[str]] = None) -> int:
                         help="with --ddp: ft.transports.VOTE_COPY_MAX_BYTES (0: every bucket in place, the vote alone)")
     parser.add_argument("--ddp-hook-min-bytes", type=int, default=None,
                         help="with --ddp: ft.train.DDP_HOOK_MIN_BYTES (0: the comm hook even for this small model)")
+    parser.add_argument("--ddp-bucket-cap-mb", type=float, default=None,
+                        help="with --ddp: DistributedDataParallel's bucket_cap_mb (0.0002: this model's gradients "
+                             "in three buckets)")
     parser.add_argument("--faults", default=None, help="a fault plan (ft_faults.save's file) for this worker's group")
     args = parser.parse_args(argv)
     if args.vote_copy_max_bytes is not None:
@@ -125,8 +128,9 @@ def _train(argv: Optional[List[str]] = None) -> int:
     ft = init_fault_tolerant(engine=args.engine, heartbeat_interval=args.heartbeat_interval, timeout=args.timeout,
                              flight_recorder=recorder, faults=faults)  # fmt: skip
     ft.event("started", since_main_s=round(time.time() - started, 3))
+    ddp_options = {"bucket_cap_mb": args.ddp_bucket_cap_mb} if args.ddp_bucket_cap_mb is not None else None
     trainer = Trainer(ft, model, optimizer, ddp=args.ddp, ddp_hook=args.ddp_hook if args.ddp else "auto",
-                      report_steps=True)  # fmt: skip
+                      ddp_options=ddp_options, report_steps=True)  # fmt: skip
 
     def compute(info) -> None:
         if args.sleep:

@@ -6,7 +6,9 @@ victim dies.  With the ``native`` engine (torch's gloo ``reconfigure``) they use
 on the replaced generation's connections until the collective timeout, holding both of gloo's
 worker threads, so the survivors' state sync on the new generation waited for them: the
 survivors reconnected in milliseconds, then resumed only after ``--timeout`` (10 s here).
-Repeated, since whether both collectives are in flight depends on timing.
+Repeated, since whether both collectives are in flight depends on timing; with the
+gradients in three buckets (``--ddp-bucket-cap-mb``), the survivors have the buckets the victim
+never issued and the vote in flight.
 """
 
 from __future__ import annotations
@@ -22,19 +24,28 @@ TIMEOUT_S = 10  # the workers' collective timeout: what a stall costs
 RESUME_LIMIT_S = 2.0
 
 
-@pytest.mark.parametrize("run", range(3))
-def test_survivors_resume_at_once_after_a_kill_inside_the_bucket_allreduces(tmp_path, run):
-    # collectives 1-4 are the initial state sync; 4 + 2 s + 1 is step s's (in place) bucket, the next
-    # one its vote: 23 kills worker 1 right after it issued step 9's bucket allreduce
+# collectives 1-4 are the initial state sync; then each step's buckets (reduced in place), then its vote
+ONE_BUCKET = ([], 4 + 2 * 9 + 1)  # worker 1 killed right after it issued step 9's bucket allreduce
+# --ddp-bucket-cap-mb 0.0002 (210 bytes): the model's gradients in buckets of 264, 256 and 4096 bytes
+THREE_BUCKETS = (["--ddp-bucket-cap-mb", "0.0002"], 4 + 4 * 9 + 2)  # ... after step 9's second bucket
+
+
+@pytest.mark.parametrize("buckets, run", [(1, 0), (3, 0), (3, 1), (3, 2)])
+def test_survivors_resume_at_once_after_a_kill_inside_the_bucket_allreduces(tmp_path, buckets, run):
+    options, kill_at = ONE_BUCKET if buckets == 1 else THREE_BUCKETS
     extra = ["--ddp-hook", "python", "--ddp-hook-min-bytes", "0", "--vote-copy-max-bytes", "0",
-             "--timeout", str(TIMEOUT_S)]  # fmt: skip
-    outcome = run_scenario(tmp_path, 4, steps=30, ddp=True, faults=[F.kill_in_collective(23, worker=1)], extra=extra)
+             "--timeout", str(TIMEOUT_S), *options]  # fmt: skip
+    outcome = run_scenario(tmp_path, 4, steps=30, ddp=True, faults=[F.kill_in_collective(kill_at, worker=1)],
+                           extra=extra)  # fmt: skip
     text = outcome.describe()
     check_consistent(outcome, expect_workers=[0, 2, 3])
     events = outcome.result.events
     failed = [e["time"] for e in events if e["event"] in ("worker_failed", "peer_failure")]
     assert failed, text
     failure = min(failed)
+    if buckets == 3:  # the case asked for: two or more gradient buckets in flight when the victim died
+        abandoned = [e["count"] for e in events if e["event"] == "abandoned_allreduces_ended"]
+        assert abandoned and max(abandoned) >= 2, f"abandoned bucket allreduces per survivor: {abandoned}\n{text}"
     resumed = {}
     for e in events:
         if e["event"] == "commit" and e["time"] > failure:
