@@ -1,6 +1,6 @@
 """ptc.complex side by side with its anchors, in one process run.
 
-    python benchmarks/complex.py [--rounds 11] [--sample-ms 20] [--only a,c] [--clock cpu]
+    python benchmarks/complex.py [--rounds 11] [--sample-ms 20] [--only a,c] [--clock cpu] [--profile]
 
 Workloads (complex64; see ../shared/anchors/complex.md, section 2):
 
@@ -24,6 +24,11 @@ then timed in interleaved rounds (each sample >= --sample-ms of repeated
 calls); the min over rounds is reported. For each compiled mode: graph breaks,
 ATen calls left in the generated code that are neither views nor library
 kernels ("fallbacks"), and the relative error vs eager.
+
+``--profile`` adds, per workload and mode, where a call's time goes (torch.profiler
+over repeated calls): the library kernels (BLAS and FFT calls), the other ATen ops
+left in the code, and the rest (compiled kernels, Dynamo's guards and wrappers,
+Python), each in microseconds per call of the unprofiled time.
 
 Goals vs eager: (a) >= 20x, (b) >= 0.95x, (c) >= 0.8x, (d) >= 0.95x,
 (e) >= 2.5x, (f) >= 2x, (g) >= 1.5x, (h) >= 1x, (i) >= 1.5x, geometric mean
@@ -250,6 +255,30 @@ def rel_err(out, ref):
     return worst
 
 
+# ATen ops that run a BLAS or FFT library kernel (what workloads (b), (c), (d) are bound by)
+LIBRARY_OPS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::addmm_", "aten::addmv", "aten::addmv_", "aten::baddbmm", "aten::mv", "aten::dot", "aten::vdot",
+               "aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c", "aten::linalg_vector_norm"}  # fmt: skip
+
+
+def profile_breakdown(run, args, per_call_ms, calls=200):
+    """(library us, other ATen us, rest us) per call: self CPU time of the library ops and of the
+    other ATen ops under torch.profiler; the rest is ``per_call_ms`` (the unprofiled time) minus both."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run(*args)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            run(*args)
+    library = other = 0.0
+    for event in prof.key_averages():
+        if event.key in LIBRARY_OPS:
+            library += event.self_cpu_time_total
+        elif event.key.startswith("aten::"):
+            other += event.self_cpu_time_total
+    library, other = library / calls, other / calls
+    return library, other, per_call_ms * 1e3 - library - other
+
+
 # --- main -------------------------------------------------------------------
 
 
@@ -263,6 +292,8 @@ def main(argv=None):
         help="wall: perf_counter; cpu: this thread's CPU time (1 thread), which ignores time the "
         "process spends descheduled on a shared machine",
     )
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where each mode's call time goes (library kernels, other ATen ops, the rest)")
     ns = parser.parse_args(argv)
     clock = time.thread_time if ns.clock == "cpu" else time.perf_counter
 
@@ -317,6 +348,11 @@ def main(argv=None):
                 continue
             ms = best[mode]
             print(f"  {mode:8} {ms:9.3f} ms  {eager / ms:7.2f}x eager   {info[mode]}")
+        if ns.profile:
+            print("  where a call's time goes (us per call: library kernels / other ATen ops / the rest):")
+            for mode, run in runs.items():
+                library, other, rest = profile_breakdown(run, args, best[mode])
+                print(f"    {mode:8} {library:8.1f} / {other:8.1f} / {rest:8.1f}")
         if "ptc" in best:
             vs_eager = eager / best["ptc"]
             vs_compile = best["compile"] / best["ptc"] if "compile" in best else math.nan
