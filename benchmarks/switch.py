@@ -1,13 +1,20 @@
 """ptc.switch side by side with its anchors, in one process run.
 
-    python benchmarks/switch.py [--ns 2,4,8,16] [--calls 2000]
+    python benchmarks/switch.py [--ns 2,4,8,16,32,64] [--calls 2000] [--chain-max 16] [--cold]
 
 1. Eager call overhead: ``ptc.switch`` vs a plain Python ``branches[int(i)](x)``
    vs torch 2.14's prototype switch HOP (where this torch has it).
-2. Inductor-compiled N-way branch for each N: host syncs per call (``.item()``
-   calls counted by the profiler, averaged over every index) and time per
-   call, for ptc's balanced cond tree, a nested ``torch.cond`` chain (what
-   torch 2.13 users write) and torch 2.14's switch HOP.
+2. Inductor-compiled N-way branch (``fullgraph=True``) for each N: compile
+   seconds, host syncs per call (``.item()`` calls counted while calling,
+   averaged over every index) and time per call, for ptc's balanced cond tree,
+   a nested ``torch.cond`` chain (what torch 2.13 users write; up to
+   ``--chain-max`` branches, its compile time grows with N squared) and torch
+   2.14's switch HOP. "compile s" is the first call after ``torch._dynamo.reset()``
+   with Inductor's FX-graph cache off and its kernels already built by an
+   earlier compile of the same variant in this process: the front end's cost
+   (Dynamo, AOTAutograd, lowering), which is what grows with N. ``--cold``
+   adds "cold s": the first call in a fresh process with an empty Inductor
+   cache (every C++ kernel compiled), one process per variant and N.
 
 "time vs ptc" is each variant's time divided by ptc's (> 1 means ptc is faster).
 """
@@ -15,6 +22,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
 import timeit
 
 import torch
@@ -103,41 +115,80 @@ def item_calls_in_code(fn, *args):
     return sum(code.count(".item()") for code in codes)
 
 
-def compiled_table(ns, calls):
-    variants = [("ptc balanced tree", switch), ("nested cond chain", cond_chain)]
-    native = native_switch()
-    if native is not None:
-        variants.append(("torch 2.14 switch HOP", native))
+VARIANTS = {"ptc": "ptc balanced tree", "chain": "nested cond chain", "native": "torch 2.14 switch HOP"}
+
+
+def variant_impl(name):
+    return {"ptc": switch, "chain": cond_chain, "native": native_switch()}[name]
+
+
+def compiled(name, n):
+    branches = branches_for(n)
+    impl = variant_impl(name)
+    return branches, torch.compile(lambda i, x: impl(i, branches, x), fullgraph=True)
+
+
+def first_call_s(name, n, x):
+    """Seconds of the first call of a fresh compile of variant ``name`` with ``n`` branches."""
+    torch._dynamo.reset()
+    _, fn = compiled(name, n)
+    start = time.perf_counter()
+    fn(torch.tensor(0), x)
+    return time.perf_counter() - start
+
+
+def cold_first_call_s(name, n):
+    """``first_call_s`` in a new process with an empty Inductor cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+        out = subprocess.run([sys.executable, __file__, "--first-call", f"{name}:{n}"], env=env, check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+    return float(out.split()[-1])
+
+
+def compiled_table(ns, calls, chain_max, cold):
+    torch._inductor.config.fx_graph_cache = False
+    variants = ["ptc", "chain"] + (["native"] if native_switch() is not None else [])
     x = torch.randn(SIZE)
-    print(f"\n== Inductor-compiled switch, x of {SIZE} floats (per call, averaged over all indices) ==")
-    print(f"  {'N':>3}  {'variant':24} {'.item() in code':>15} {'syncs/call':>10} {'us/call':>9}  {'time vs ptc':>11}")
+    print(f"\n== Inductor-compiled switch, fullgraph=True, x of {SIZE} floats (per call, averaged over all indices) ==")
+    print(f"  {'N':>3}  {'variant':24} {'compile s':>9} {'cold s':>7} {'.item() in code':>15} {'syncs/call':>10} "
+          f"{'us/call':>9}  {'time vs ptc':>11}")  # fmt: skip
     for n in ns:
-        branches = branches_for(n)
         results = []
-        for name, impl in variants:
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda i, x, impl=impl: impl(i, branches, x), fullgraph=True)
-            in_code = item_calls_in_code(compiled, torch.tensor(0), x)
-            for i in range(n):  # compile and check every index once
-                want = branches[i](x)
-                assert torch.allclose(compiled(torch.tensor(i), x), want), (name, n, i)
-            syncs = host_syncs_per_call(compiled, n, x)
+        for name in variants:
+            if name == "chain" and n > chain_max:
+                continue
+            branches, fn = compiled(name, n)
+            in_code = item_calls_in_code(fn, torch.tensor(0), x)  # builds the kernels
+            for i in range(n):  # every index once, checked
+                assert torch.allclose(fn(torch.tensor(i), x), branches[i](x)), (name, n, i)
+            syncs = host_syncs_per_call(fn, n, x)
             indices = [torch.tensor(i) for i in range(n)]
-            us = per_call_us(lambda: [compiled(i, x) for i in indices], max(calls // n, 10)) / n
-            results.append((name, in_code, syncs, us))
-        ptc_us = results[0][3]
-        for name, in_code, syncs, us in results:
-            print(f"  {n:>3}  {name:24} {in_code:15d} {syncs:10.2f} {us:9.2f}  {us / ptc_us:10.2f}x")
+            us = per_call_us(lambda: [fn(i, x) for i in indices], max(calls // n, 10)) / n
+            compile_s = first_call_s(name, n, x)
+            cold_s = cold_first_call_s(name, n) if cold else float("nan")
+            results.append((VARIANTS[name], compile_s, cold_s, in_code, syncs, us))
+        ptc_us = results[0][-1]
+        for label, compile_s, cold_s, in_code, syncs, us in results:
+            print(f"  {n:>3}  {label:24} {compile_s:9.2f} {cold_s:7.1f} {in_code:15d} {syncs:10.2f} {us:9.2f}  "
+                  f"{us / ptc_us:10.2f}x", flush=True)  # fmt: skip
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ns", default="2,4,8,16", help="branch counts to compile")
+    parser.add_argument("--ns", default="2,4,8,16,32,64", help="branch counts to compile")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timing")
+    parser.add_argument("--chain-max", type=int, default=16, help="largest N for the nested cond chain")
+    parser.add_argument("--cold", action="store_true", help="also time each first compile in a fresh process")
+    parser.add_argument("--first-call", default=None, help=argparse.SUPPRESS)  # VARIANT:N, for --cold
     args = parser.parse_args()
+    if args.first_call:
+        name, n = args.first_call.split(":")
+        print(first_call_s(name, int(n), torch.randn(SIZE)))
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     eager_overhead(args.calls * 10)
-    compiled_table([int(n) for n in args.ns.split(",")], args.calls)
+    compiled_table([int(n) for n in args.ns.split(",")], args.calls, args.chain_max, args.cold)
 
 
 if __name__ == "__main__":

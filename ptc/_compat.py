@@ -112,6 +112,33 @@ def native_switch_hop() -> bool:
     return hasattr(mod, "switch")
 
 
+def dynamo_reads_scalars() -> bool:
+    """Whether the Dynamo trace running now may read a tensor's value into an unbacked
+    ``SymInt`` with ``Tensor.item()`` in the graph it builds, rather than break the graph.
+
+    True under ``fullgraph=True``, strict ``torch.export`` and
+    ``capture_scalar_outputs``, at the outermost level of the trace: not inside a
+    higher-order op's body (a ``torch.cond`` branch, a ``torch.func`` transform),
+    where an unbacked symbol cannot leave the body. Dynamo calls this for real
+    (see :func:`ptc.control_flow.switch`); False wherever it cannot tell.
+    """
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        tx = InstructionTranslator.current_tx()
+        if context is None or tx is None or context.fake_mode is None or context.fake_mode.shape_env is None:
+            return False
+        if tx.output.current_tracer.parent is not None:  # inside a higher-order op's body
+            return False
+        if torch._C._functorch.peek_interpreter_stack() is not None:  # vmap / grad levels active
+            return False
+        return bool(context.fake_mode.shape_env.allow_scalar_outputs)
+    except Exception:  # noqa: BLE001 - an internal API that moved: fall back to the tensor predicates
+        return False
+
+
 def native_switch_op():
     """torch's prototype switch HOP (``torch.ops.higher_order.switch``), or None."""
     if not native_switch_hop():

@@ -75,7 +75,12 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
         * ``torch.compile`` / ``torch.export`` / ``make_fx``: a tensor or
           ``SymInt`` index becomes a balanced tree of ``torch.cond`` on
           ``index < mid``; a Python ``int`` index selects its branch at trace
-          time (the graph holds that branch only).
+          time (the graph holds that branch only). Where Dynamo may read a
+          tensor's value into the graph (``fullgraph=True``, strict export,
+          ``capture_scalar_outputs``) and there are three or more branches, the
+          index is read once (``index.item()``) and each ``mid`` is compared
+          with that integer: one host read per call. Elsewhere each level's
+          predicate is a tensor.
         * ``torch.vmap`` over a batched index: every branch runs on every
           sample and each sample takes its branch's output. Operands reach a
           branch's gradient only for the samples that selected it, so a NaN or
@@ -221,6 +226,13 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
     the others' as the branch is traced (:func:`_check_traced_output`).
     """
     leaves, spec = pytree.tree_flatten(operands)
+    if len(branches) > 2 and _reads_index_once():
+        # the index read once into an unbacked SymInt; every cond's predicate is a SymBool of it,
+        # which Inductor evaluates on the host with no further read.  Two branches keep their one
+        # tensor predicate: Inductor (2.13, 2.14) emits no read of a SymInt that only a predicate
+        # uses (NameError at the first call).  Already clamped: a torch._check of the range would
+        # add its asserts to every subgraph.
+        index = index.item()
     is_tensor = [isinstance(leaf, torch.Tensor) for leaf in leaves]
     tensors = tuple(leaf for leaf, t in zip(leaves, is_tensor) if t)
     call = _open_check()
@@ -247,6 +259,11 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
     out = subtree(0, len(branches))(index, *tensors)
     _close_check(call)
     return out
+
+
+@torch.compiler.assume_constant_result
+def _reads_index_once() -> bool:
+    return _compat.dynamo_reads_scalars()
 
 
 # --- comparing the branches' outputs -------------------------------------------

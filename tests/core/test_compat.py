@@ -210,3 +210,25 @@ def test_feature_modules_leave_torch_internals_to_compat():
              for f in files for n, line in enumerate(f.read_text().splitlines(), 1)
              if leak.search(line) and not line.lstrip().startswith(("#", '"', "'")) and "requirement=" not in line]
     assert not found, "\n".join(found)
+
+
+def test_dynamo_reads_scalars_only_where_a_graph_may_hold_them():
+    assert _compat.dynamo_reads_scalars() is False  # not tracing at all
+    seen = []
+
+    @torch.compiler.assume_constant_result
+    def probe() -> bool:
+        seen.append(_compat.dynamo_reads_scalars())
+        return True
+
+    def f(x):
+        probe()
+        return x + 1
+
+    torch._dynamo.reset()
+    torch.compile(f, backend="eager", fullgraph=True)(torch.ones(2))
+    torch._dynamo.reset()
+    torch.compile(f, backend="eager")(torch.ones(2))  # may break the graph: no scalar reads
+    torch._dynamo.reset()
+    torch.compile(torch.vmap(f), backend="eager", fullgraph=True)(torch.ones(3, 2))  # under a transform
+    assert seen == [True, False, False]
