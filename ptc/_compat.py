@@ -119,7 +119,9 @@ def dynamo_reads_scalars() -> bool:
     True under ``fullgraph=True``, strict ``torch.export`` and
     ``capture_scalar_outputs``, at the outermost level of the trace: not inside a
     higher-order op's body (a ``torch.cond`` branch, a ``torch.func`` transform),
-    where an unbacked symbol cannot leave the body. Dynamo calls this for real
+    where an unbacked symbol cannot leave the body, and not for a backend that says
+    it wants predicates on the device (``ptc_device_predicates = True``, as
+    ``ptc.cudagraph``'s: it captures them in CUDA graphs). Dynamo calls this for real
     (see :func:`ptc.control_flow.switch`); False wherever it cannot tell.
     """
     try:
@@ -134,9 +136,31 @@ def dynamo_reads_scalars() -> bool:
             return False
         if torch._C._functorch.peek_interpreter_stack() is not None:  # vmap / grad levels active
             return False
+        if getattr(_dynamo_backend(tx.output.compiler_fn), "ptc_device_predicates", False):
+            return False  # the backend captures tensor predicates (ptc.cudagraph's conditional nodes)
         return bool(context.fake_mode.shape_env.allow_scalar_outputs)
     except Exception:  # noqa: BLE001 - an internal API that moved: fall back to the tensor predicates
         return False
+
+
+def _dynamo_backend(fn: Any) -> Any:
+    """The backend the user gave ``torch.compile``, from Dynamo's wrappers around it."""
+    for _ in range(8):
+        inner = getattr(fn, "_torchdynamo_orig_backend", None) or getattr(fn, "compiler_fn", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return fn
+
+
+def has_unbacked_symbols(value: Any) -> bool:
+    """``value`` is a ``SymInt``, ``SymBool`` or ``SymFloat`` with a data-dependent (unbacked)
+    symbol in it: a number read from a tensor's value (``Tensor.item()``) or computed from one."""
+    if not isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return False
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(value))
 
 
 def native_switch_op():

@@ -34,6 +34,10 @@ log = logging.getLogger("ptc.cudagraph")
 class PtcCudagraphsBackend:
     """A Dynamo backend (a callable ``(gm, example_inputs) -> compiled``)."""
 
+    #: ``ptc.switch`` keeps its cond predicates as tensors for this backend (instead of one
+    #: host read of the index): a tensor predicate is captured in a CUDA conditional node
+    ptc_device_predicates = True
+
     def __init__(
         self,
         executor: str = "auto",

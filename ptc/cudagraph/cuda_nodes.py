@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -61,7 +62,9 @@ extern "C" __global__ void ptc_set_index(cudaGraphConditionalHandle h, const int
 """
 
 KINDS = ("while", "if", "switch")
-_LOADED: Dict[Tuple[int, int], Dict[str, Any]] = {}  # (device, id(driver module)) -> set-handle kernels
+# driver binding -> device -> set-handle kernels; weak in the binding, so a binding that is gone
+# (a test's fake driver) cannot hand its kernels to a new one that reuses its id()
+_LOADED: "weakref.WeakKeyDictionary[Any, Dict[int, Dict[str, Any]]]" = weakref.WeakKeyDictionary()
 WHILE_IF_DRIVER = 12040  # CUDA 12.4: IF and WHILE nodes
 IF_ELSE_SWITCH_DRIVER = 12080  # CUDA 12.8: IF with an ELSE body, SWITCH
 
@@ -255,11 +258,11 @@ class ConditionalNodes:
             )
         self.api = api or DriverApi()
         self.device = torch.cuda.current_device() if device is None else device
-        key = (self.device, id(self.api.d))
-        if key not in _LOADED:  # one module per device and driver binding, kept for the process
+        per_device = _LOADED.setdefault(self.api.d, {})
+        if self.device not in per_device:  # one module per device and driver binding, kept while it lives
             major, minor = torch.cuda.get_device_capability(self.device)
-            _LOADED[key] = self.api.load(compile_set_kernels(f"sm_{major}{minor}"))
-        self.functions = _LOADED[key]
+            per_device[self.device] = self.api.load(compile_set_kernels(f"sm_{major}{minor}"))
+        self.functions = per_device[self.device]
         self.body_pool = torch.cuda.graph_pool_handle()
         self._stack: List[_Open] = []
         self._released = False

@@ -179,3 +179,41 @@ def test_parameters_are_read_in_place_not_copied(x4):
         m.w.mul_(2)
         torch.testing.assert_close(cm(x4, T(4)), m(x4, T(4)))
     assert len(backend.programs[-1].graphs) == 1
+
+
+def test_sim_backend_runs_a_host_read_and_what_is_computed_from_it_on_every_call(x4):
+    # fullgraph=True lets Dynamo put t.item() in the graph (here: switch's one read of its index,
+    # for a backend that does not ask for device predicates) and compute on it in Python
+    # (u0 < 3, the conds' predicates); a captured segment would replay the values of the
+    # capture on every later call
+    from ptc.control_flow import switch
+
+    branches = [(lambda k: lambda x: x * (k + 2) + k)(k) for k in range(5)]
+
+    def f(i, x):
+        return switch(i, branches, x) + 1
+
+    torch._dynamo.reset()
+    backend = make_backend(executor="sim", segments="eager")
+    backend.ptc_device_predicates = False
+    g = torch.compile(f, backend=backend, fullgraph=True)
+    for i in (-1, 0, 1, 2, 3, 4, 9, 1, 2):
+        torch.testing.assert_close(g(T(i), x4), f(T(i), x4))
+    report = backend.programs[-1].report
+    assert report.counts["conds_fallback"] == 4  # host predicates: the conds run on the host
+
+
+def test_sim_backend_captures_a_top_level_switch_with_device_predicates(x4):
+    from ptc.control_flow import switch
+
+    branches = [(lambda k: lambda x: x * (k + 2) + k)(k) for k in range(5)]
+
+    def f(i, x):
+        return switch(i, branches, x) + 1
+
+    torch._dynamo.reset()
+    backend = make_backend(executor="sim", segments="eager")
+    g = torch.compile(f, backend=backend, fullgraph=True)
+    for i in (-1, 0, 1, 2, 3, 4, 9, 1, 2):
+        torch.testing.assert_close(g(T(i), x4), f(T(i), x4))
+    assert backend.programs[-1].report.counts["conds_captured"] == 4
