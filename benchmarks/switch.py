@@ -83,8 +83,9 @@ def eager_overhead(calls):
     print(f"  ptc overhead over plain Python: {ptc_us - rows[0][1]:.2f} us")
 
 
-def host_syncs_per_call(fn, n, x):
-    """Average number of ``Tensor.item()`` host reads per call over every index.
+def host_syncs_per_call(fn, indices, *operands):
+    """Average number of ``Tensor.item()`` host reads per call of ``fn(torch.tensor(i), *operands)``
+    over ``indices``.
 
     Inductor's generated code reads each cond predicate / switch index with
     ``.item()``; the benchmark (never the library) wraps ``Tensor.item`` with a
@@ -100,11 +101,11 @@ def host_syncs_per_call(fn, n, x):
 
     torch.Tensor.item = counting_item
     try:
-        for i in range(n):
-            fn(torch.tensor(i), x)
+        for i in indices:
+            fn(torch.tensor(i), *operands)
     finally:
         torch.Tensor.item = original
-    return count / n
+    return count / len(indices)
 
 
 def item_calls_in_code(fn, *args):
@@ -162,7 +163,7 @@ def compiled_table(ns, calls, chain_max, cold):
             in_code = item_calls_in_code(fn, torch.tensor(0), x)  # builds the kernels
             for i in range(n):  # every index once, checked
                 assert torch.allclose(fn(torch.tensor(i), x), branches[i](x)), (name, n, i)
-            syncs = host_syncs_per_call(fn, n, x)
+            syncs = host_syncs_per_call(fn, range(n), x)
             indices = [torch.tensor(i) for i in range(n)]
             us = per_call_us(lambda: [fn(i, x) for i in indices], max(calls // n, 10)) / n
             compile_s = first_call_s(name, n, x)

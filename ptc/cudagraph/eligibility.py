@@ -33,6 +33,7 @@ from typing import Any, Iterable, List, Optional, Tuple
 import torch
 import torch.fx as fx
 
+from ptc import _compat
 from ptc.cudagraph.plan import Block, Branch, Loop, Segment, is_cond, is_while_loop, meta_val
 
 __all__ = ["Support", "CATEGORIES", "annotate", "node_reasons"]
@@ -129,14 +130,6 @@ def _view_root(value: Any) -> Optional[fx.Node]:
     return value if isinstance(value, fx.Node) else None
 
 
-def _host_scalar(n: fx.Node) -> bool:
-    """``n`` is a Python scalar that depends on a tensor's value (an unbacked SymInt, SymBool or
-    SymFloat, from ``.item()`` and what is computed from it)."""
-    from ptc import _compat
-
-    return _compat.has_unbacked_symbols(n.meta.get("val"))
-
-
 def node_reasons(gm: fx.GraphModule, where: str, device: Optional[str] = None) -> List[str]:
     """Reasons found in the ops of ``gm`` (nested loops and conds are checked as steps).
 
@@ -152,7 +145,7 @@ def node_reasons(gm: fx.GraphModule, where: str, device: Optional[str] = None) -
                     f"unsupported carry: {where} has {n.name} on {val.device}; a {device} graph "
                     f"replays only {device} work (move it to {device})"
                 )
-        if n.op in ("call_function", "call_method") and _host_scalar(n):
+        if n.op in ("call_function", "call_method") and _compat.has_unbacked_symbols(n.meta.get("val")):
             # Dynamo's graph reads a tensor with Tensor.item() (a call_method) and computes on the
             # result in Python (``u0 < 3``): a graph would replay the value read at capture
             reasons.append(f"host read: {where} computes {n.name} on the host from a device value")

@@ -8,13 +8,15 @@ inside another higher-order op's body, under ``torch.func`` transforms) the tree
 tensor predicates; every case computes what eager computes.
 """
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
-from torch._inductor.utils import run_and_get_code
 
 from ptc.control_flow import switch
 
-from .helpers import affine_branches, prefix_branches, reference
+from .helpers import affine_branches, check_against_reference, check_gradients, prefix_branches, reference
 
 X = torch.arange(8.0) - 3.0
 
@@ -24,36 +26,30 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+def _bench():
+    """benchmarks/switch.py, whose host-read counters these tests use."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "switch.py"
+    spec = importlib.util.spec_from_file_location("ptc_bench_switch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+
+
 def _reads_per_call(fn, indices, *operands):
     """Average number of ``Tensor.item()`` calls per call of ``fn`` (the host reads Inductor's
     generated code makes), over ``indices``."""
-    original = torch.Tensor.item
-    count = 0
-
-    def counting_item(self):
-        nonlocal count
-        count += 1
-        return original(self)
-
-    torch.Tensor.item = counting_item
-    try:
-        for i in indices:
-            fn(torch.tensor(i), *operands)
-    finally:
-        torch.Tensor.item = original
-    return count / len(indices)
+    return BENCH.host_syncs_per_call(fn, indices, *operands)
 
 
 def _check(fn, branches, indices=None):
-    n = len(branches)
-    for i in indices if indices is not None else range(-2, n + 2):
-        got, want = fn(torch.tensor(i), X), reference(branches, i, X)
-        assert got.shape == want.shape and torch.equal(got, want), f"index {i}"
+    check_against_reference(fn, branches, X, indices)
 
 
 def _item_calls_in_code(fn):
-    _, codes = run_and_get_code(fn, torch.tensor(0), X)
-    return sum(code.count(".item()") for code in codes)
+    return BENCH.item_calls_in_code(fn, torch.tensor(0), X)
 
 
 @pytest.mark.parametrize("n", [2, 3, 8])
@@ -93,12 +89,7 @@ def test_differing_sizes_under_inductor_read_the_index_once():
 def test_gradients_through_the_read_once_tree_match_eager():
     branches = [lambda x: x.sin() * 2, lambda x: x.cos() + x, lambda x: x * x, lambda x: x.exp(), lambda x: -x]
     compiled = torch.compile(lambda i, x: switch(i, branches, x).sum(), fullgraph=True)
-    for i in range(-1, 6):
-        x = X.clone().requires_grad_()
-        (got,) = torch.autograd.grad(compiled(torch.tensor(i), x), x)
-        x = X.clone().requires_grad_()
-        (want,) = torch.autograd.grad(reference(branches, i, x).sum(), x)
-        assert torch.allclose(got, want), f"index {i}"
+    check_gradients(compiled, branches, X, range(-1, 6))
 
 
 def test_a_switch_inside_a_branch_keeps_tensor_predicates():

@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ptc.control_flow import cond_depth, switch, tree_depth
 
-from .helpers import affine_branches, reference, save_load
+from .helpers import affine_branches, check_against_reference, check_gradients, program, reference, save_load
 
 pytestmark = pytest.mark.slow
 
@@ -26,24 +26,13 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-class Program(torch.nn.Module):
-    def __init__(self, branches):
-        super().__init__()
-        self.branches = branches
-
-    def forward(self, index, x):
-        return switch(index, self.branches, x)
-
-
 def _check(fn, branches=BRANCHES):
-    for i in INDICES:
-        got, want = fn(torch.tensor(i), X), reference(branches, i, X)
-        assert got.shape == want.shape and torch.equal(got, want), f"index {i}"
+    check_against_reference(fn, branches, X, INDICES)
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
 def test_export_round_trips(strict):
-    ep = torch.export.export(Program(BRANCHES), (torch.tensor(0), X), strict=strict)
+    ep = torch.export.export(program(BRANCHES), (torch.tensor(0), X), strict=strict)
     assert cond_depth(ep.graph_module) == tree_depth(N)
     _check(ep.module())
     _check(save_load(ep).module())
@@ -62,7 +51,7 @@ def _differing(n):
 
 def test_differing_sizes_export():
     branches = _differing(N)
-    ep = torch.export.export(Program(branches), (torch.tensor(0), X))
+    ep = torch.export.export(program(branches), (torch.tensor(0), X))
     _check(ep.module(), branches)
     _check(save_load(ep).module(), branches)
 
@@ -72,28 +61,19 @@ def test_differing_sizes_compile_at_sixteen():
     _check(torch.compile(lambda i, x: switch(i, branches, x), fullgraph=True, backend="aot_eager"), branches)
 
 
-def _gradient_check(fn, branches, indices):
-    for i in indices:
-        x = X.clone().requires_grad_()
-        (got,) = torch.autograd.grad(fn(torch.tensor(i), x), x)
-        x = X.clone().requires_grad_()
-        (want,) = torch.autograd.grad(reference(branches, i, x).sum(), x)
-        assert torch.allclose(got, want), i
-
-
 def _sine_branches(n):
     return [(lambda k: lambda x: (x * (k + 1)).sin())(k) for k in range(n)]
 
 
 def test_gradients_eager():
     branches = _sine_branches(N)
-    _gradient_check(lambda i, x: switch(i, branches, x).sum(), branches, INDICES)
+    check_gradients(lambda i, x: switch(i, branches, x).sum(), branches, X, INDICES)
 
 
 def test_gradients_compiled_at_sixteen():
     branches = _sine_branches(16)
     compiled = torch.compile(lambda i, x: switch(i, branches, x).sum(), fullgraph=True, backend="aot_eager")
-    _gradient_check(compiled, branches, [0, 7, 8, 15])
+    check_gradients(compiled, branches, X, [0, 7, 8, 15])
 
 
 def test_vmap_over_a_batched_index():

@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import ptc
 from ptc.control_flow import cond_depth, fix_export_metadata, render_cond_tree, switch, tree_depth
 
-from .helpers import affine_branches, prefix_branches, reference, save_load
+from .helpers import affine_branches, check_against_reference, prefix_branches, program, reference, save_load
 
 X = torch.arange(8.0) - 3.0
 NS = range(1, 10)
@@ -22,25 +22,8 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _program(branches):
-    class Program(torch.nn.Module):
-        def forward(self, index, x):
-            return switch(index, branches, x)
-
-    return Program()
-
-
-def _indices(n):
-    return range(-2, n + 2)
-
-
 def _check(run, branches):
-    for i in _indices(len(branches)):
-        got = run(torch.tensor(i), X)
-        want = reference(branches, i, X)
-        assert got.shape == want.shape and torch.equal(got, want), f"index {i}"
-
-
+    check_against_reference(run, branches, X)
 
 
 @pytest.mark.parametrize("n", NS)
@@ -54,7 +37,7 @@ def test_compile_fullgraph_matches_eager(n):
 @pytest.mark.parametrize("n", NS)
 def test_export_is_a_balanced_tree_and_round_trips(n, strict):
     branches = affine_branches(n)
-    ep = torch.export.export(_program(branches), (torch.tensor(0), X), strict=strict)
+    ep = torch.export.export(program(branches), (torch.tensor(0), X), strict=strict)
     assert cond_depth(ep.graph_module) == tree_depth(n)
     _check(ep.module(), branches)
     _check(save_load(ep).module(), branches)
@@ -98,7 +81,7 @@ def test_differing_sizes_compile(n):
 @pytest.mark.parametrize("n", [3, 5])
 def test_differing_sizes_export_has_one_merged_size(n):
     branches = prefix_branches(n)
-    ep = torch.export.export(_program(branches), (torch.tensor(0), X))
+    ep = torch.export.export(program(branches), (torch.tensor(0), X))
     out = next(iter(ep.graph.find_nodes(op="output"))).args[0][0]
     size = out.meta["val"].shape[0]
     assert isinstance(size, torch.SymInt)
@@ -113,7 +96,7 @@ def test_differing_sizes_export_has_one_merged_size(n):
 @pytest.mark.parametrize("n", [3, 5])
 def test_differing_sizes_strict_export_round_trips(n):
     branches = prefix_branches(n)
-    ep = torch.export.export(_program(branches), (torch.tensor(0), X), strict=True)
+    ep = torch.export.export(program(branches), (torch.tensor(0), X), strict=True)
     _check(ep.module(), branches)
     _check(save_load(fix_export_metadata(ep)).module(), branches)
 
@@ -248,7 +231,7 @@ def test_bad_index_is_rejected_while_tracing_too():
 
 class TestGoldenGraphs(expecttest.TestCase):
     def _tree(self, n):
-        ep = torch.export.export(_program(affine_branches(n)), (torch.tensor(0), X))
+        ep = torch.export.export(program(affine_branches(n)), (torch.tensor(0), X))
         return render_cond_tree(ep.graph_module)
 
     def test_three_branches(self):

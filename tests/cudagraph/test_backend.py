@@ -181,39 +181,36 @@ def test_parameters_are_read_in_place_not_copied(x4):
     assert len(backend.programs[-1].graphs) == 1
 
 
+def _switch_under_sim_backend(x4, device_predicates=None):
+    """A top-level ptc.switch compiled with fullgraph=True by the sim backend (its
+    ``ptc_device_predicates`` set to ``device_predicates`` unless None), checked against eager
+    over calls that change the index after warm-up and capture; the planner's counts."""
+    from ptc.control_flow import switch
+
+    branches = [(lambda k: lambda x: x * (k + 2) + k)(k) for k in range(5)]
+
+    def f(i, x):
+        return switch(i, branches, x) + 1
+
+    torch._dynamo.reset()
+    backend = make_backend(executor="sim", segments="eager")
+    if device_predicates is not None:
+        backend.ptc_device_predicates = device_predicates
+    g = torch.compile(f, backend=backend, fullgraph=True)
+    for i in (-1, 0, 1, 2, 3, 4, 9, 1, 2):
+        torch.testing.assert_close(g(T(i), x4), f(T(i), x4))
+    return backend.programs[-1].report.counts
+
+
 def test_sim_backend_runs_a_host_read_and_what_is_computed_from_it_on_every_call(x4):
     # fullgraph=True lets Dynamo put t.item() in the graph (here: switch's one read of its index,
     # for a backend that does not ask for device predicates) and compute on it in Python
     # (u0 < 3, the conds' predicates); a captured segment would replay the values of the
     # capture on every later call
-    from ptc.control_flow import switch
-
-    branches = [(lambda k: lambda x: x * (k + 2) + k)(k) for k in range(5)]
-
-    def f(i, x):
-        return switch(i, branches, x) + 1
-
-    torch._dynamo.reset()
-    backend = make_backend(executor="sim", segments="eager")
-    backend.ptc_device_predicates = False
-    g = torch.compile(f, backend=backend, fullgraph=True)
-    for i in (-1, 0, 1, 2, 3, 4, 9, 1, 2):
-        torch.testing.assert_close(g(T(i), x4), f(T(i), x4))
-    report = backend.programs[-1].report
-    assert report.counts["conds_fallback"] == 4  # host predicates: the conds run on the host
+    counts = _switch_under_sim_backend(x4, device_predicates=False)
+    assert counts["conds_fallback"] == 4  # host predicates: the conds run on the host
 
 
 def test_sim_backend_captures_a_top_level_switch_with_device_predicates(x4):
-    from ptc.control_flow import switch
-
-    branches = [(lambda k: lambda x: x * (k + 2) + k)(k) for k in range(5)]
-
-    def f(i, x):
-        return switch(i, branches, x) + 1
-
-    torch._dynamo.reset()
-    backend = make_backend(executor="sim", segments="eager")
-    g = torch.compile(f, backend=backend, fullgraph=True)
-    for i in (-1, 0, 1, 2, 3, 4, 9, 1, 2):
-        torch.testing.assert_close(g(T(i), x4), f(T(i), x4))
-    assert backend.programs[-1].report.counts["conds_captured"] == 4
+    counts = _switch_under_sim_backend(x4)  # the backend's own setting
+    assert counts["conds_captured"] == 4
