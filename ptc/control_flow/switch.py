@@ -41,7 +41,13 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
             ``*operands`` and returns a pytree of tensors; all branches must
             return the same pytree structure, dtypes and numbers of dimensions.
             Sizes may differ between branches (traced code then gets one size
-            symbol per differing dimension).
+            symbol per differing dimension). A branch may return an operand, a
+            view of one (``x``, ``x[1:]``, ``x.float()`` of a float ``x``) or one
+            tensor twice: traced code returns a copy there (``torch.cond`` refuses
+            outputs that alias), so its outputs never share memory with the
+            operands or with each other; eager returns what the branch returns.
+            A ``detach()`` of an operand is not recognised as a view (it has no
+            ``_base``): return ``x.detach().clone()`` from a branch instead.
         operands: pytrees passed unchanged to the chosen branch.
 
     What is checked where:
@@ -247,7 +253,7 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
             branch = branches[lo]
 
             def leaf(idx: torch.Tensor, *flat: torch.Tensor, k: int = lo) -> Any:
-                out = branch(*rebuild(flat))
+                out = _unaliased(branch(*rebuild(flat)), flat)
                 _check_traced_output(call, k, _signature(out))
                 return out
 
@@ -259,6 +265,25 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
     out = subtree(0, len(branches))(index, *tensors)
     _close_check(call)
     return out
+
+
+def _unaliased(out: Any, operands: Sequence[torch.Tensor]) -> Any:
+    """``out`` with a copy in place of each tensor that is, or is a view of, an
+    operand or an earlier output (``torch.cond`` refuses a branch whose outputs
+    alias its inputs or each other, which eager code may well return: ``x``,
+    ``x[1:]``, ``x.float()`` of a float ``x``).  Only the identity of tensors and
+    of their ``_base`` is compared, which Dynamo and the tracers answer exactly."""
+    seen: List[torch.Tensor] = list(operands)
+    seen += [t._base for t in operands if t._base is not None]
+
+    def fresh(t: torch.Tensor) -> torch.Tensor:
+        base = t._base
+        if any(t is s or (base is not None and base is s) for s in seen):
+            t = t.clone()
+        seen.append(t)
+        return t
+
+    return pytree.tree_map_only(torch.Tensor, fresh, out)
 
 
 @torch.compiler.assume_constant_result
