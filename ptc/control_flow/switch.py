@@ -38,8 +38,10 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
             first branch and ``99`` the last, as in ``jax.lax.switch``. Floating,
             complex and bool indices are a ``PtcTypeError`` (a ``TypeError``).
         branches: a non-empty list or tuple of callables. Each takes
-            ``*operands`` and returns a pytree of tensors; all branches must
-            return the same pytree structure, dtypes and numbers of dimensions.
+            ``*operands`` and returns a pytree of tensors, which may hold ``None``
+            and Python ``bool``/``int``/``float``/``str`` constants beside them (a
+            layer's ``(hidden, None)``); all branches must return the same pytree
+            structure, dtypes, numbers of dimensions and constants.
             Sizes may differ between branches (traced code then gets one size
             symbol per differing dimension). A branch may return an operand, a
             view of one (``x``, ``x[1:]``, ``x.float()`` of a float ``x``) or one
@@ -62,7 +64,7 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
           it is traced, before ``torch.cond`` is emitted; a difference raises
           ``BranchMismatch`` naming both branches and the output that differs
           (``output[1]``, ``output['key']``) and how (structure, dtype, number
-          of dimensions). Under ``vmap`` the shapes must agree too.
+          of dimensions, constant value). Under ``vmap`` the shapes must agree too.
         * An error raised while Dynamo traces (``torch.compile``, strict
           export, and ``torch.cond``'s own tracing under ``make_fx`` and
           non-strict export) is an instance of a subclass of the ptc type that
@@ -254,8 +256,8 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
 
             def leaf(idx: torch.Tensor, *flat: torch.Tensor, k: int = lo) -> Any:
                 out = _unaliased(branch(*rebuild(flat)), flat)
-                _check_traced_output(call, k, _signature(out))
-                return out
+                _check_traced_output(call, k, _signature(out), _constants_of(out))
+                return _without_constants(out)
 
             return leaf
         mid = lo + (hi - lo + 1) // 2
@@ -263,8 +265,63 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
         return lambda idx, *flat: torch.cond(idx < mid, left, right, (idx, *flat))
 
     out = subtree(0, len(branches))(index, *tensors)
+    constants = _constant_leaves(call)
     _close_check(call)
-    return out
+    return _with_constants(out, constants) if constants else out
+
+
+# --- non-tensor outputs ----------------------------------------------------------
+#
+# torch.cond returns tensors only, but a branch may return None or a Python
+# constant beside them (a layer's ``(hidden, None)``). Such a leaf must be equal in
+# every branch (checked with the signatures); inside the tree it travels as an
+# empty tensor and is put back after the tree from what the first branch returned.
+
+_CONSTANT_TYPES = (type(None), bool, int, float, str)
+
+
+def _is_constant(leaf: Any) -> bool:
+    return isinstance(leaf, _CONSTANT_TYPES)
+
+
+def _without_constants(out: Any) -> Any:
+    leaves, spec = pytree.tree_flatten(out)
+    if not any(_is_constant(leaf) for leaf in leaves):
+        return out
+    return pytree.tree_unflatten([torch.empty(0) if _is_constant(leaf) else leaf for leaf in leaves], spec)
+
+
+def _with_constants(out: Any, constants: Tuple[Tuple[int, Any], ...]) -> Any:
+    leaves, spec = pytree.tree_flatten(out)
+    for position, value in constants:
+        leaves[position] = _literal(value)
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _literal(value: Any) -> Any:
+    """``value`` itself, computed anew: under Dynamo a value read from
+    :func:`_constant_leaves` keeps that call as its source, and strict export cannot
+    guard an output with such a source (``NotImplementedError``); the result of an
+    operation has none."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return True if value else False
+    if isinstance(value, str):
+        return value + ""
+    return value * 1  # int, float (keeps -0.0 and nan)
+
+
+def _constants_of(out: Any) -> Tuple[Tuple[int, Any], ...]:
+    """(position among the pytree leaves, value) of each constant leaf of ``out``."""
+    return tuple((i, leaf) for i, leaf in enumerate(pytree.tree_leaves(out)) if _is_constant(leaf))
+
+
+@torch.compiler.assume_constant_result
+def _constant_leaves(call: str) -> Tuple[Tuple[int, Any], ...]:
+    """The constant leaves (:func:`_constants_of`) of the first branch traced for ``call``."""
+    seen = _traced_constants.get(call) or {}
+    return seen[min(seen)] if seen else ()
 
 
 def _unaliased(out: Any, operands: Sequence[torch.Tensor]) -> Any:
@@ -302,11 +359,14 @@ def _reads_index_once() -> bool:
 def _signature(out: Any) -> tuple:
     if isinstance(out, torch.Tensor):
         return ("tensor", out.dtype, out.dim())
+    if _is_constant(out):
+        return ("constant", out)
     if isinstance(out, (list, tuple)):
         return ("list" if isinstance(out, list) else "tuple", tuple(_signature(o) for o in out))
     if isinstance(out, dict):
         return ("dict", tuple((key, _signature(value)) for key, value in out.items()))
     return (type(out).__name__,)
+
 
 
 def _describe(sig: tuple) -> str:
@@ -317,8 +377,8 @@ def _describe(sig: tuple) -> str:
         return f"a {kind} of {len(sig[1])}"
     if kind == "dict":
         return f"a dict with keys {[key for key, _ in sig[1]]}"
-    if kind == "NoneType":
-        return "None"
+    if kind == "constant":
+        return repr(sig[1])
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
@@ -332,7 +392,10 @@ def _difference(a: tuple, b: tuple, path: str = "output") -> Optional[Tuple[str,
         same_shape = [key for key, _ in a[1]] == [key for key, _ in b[1]]
     if not same_shape:
         return ("structure", path, _describe(a), _describe(b))
-    if a[0] == "tensor":
+    if a[0] == "constant":
+        if type(a[1]) is not type(b[1]) or a[1] != b[1]:
+            return ("value", path, repr(a[1]), repr(b[1]))
+    elif a[0] == "tensor":
         if a[1] != b[1]:
             return ("dtype", path, str(a[1]), str(b[1]))
         if a[2] != b[2]:
@@ -359,14 +422,15 @@ def _mismatch_message(k: int, sig: tuple, ref: int, ref_sig: tuple) -> Optional[
         f"switch: branches[{k}] returns a different {what} than branches[{ref}]: "
         f"{where} is {got} in branches[{k}] but {want} in branches[{ref}]; all branches "
         "must return the same pytree structure, dtypes and numbers of dimensions "
-        "(sizes may differ)"
+        "(sizes may differ), and equal non-tensor values"
     )
 
 
-# The signatures of the branches traced so far, per switch call being traced. A
-# call is named by a string: Dynamo specializes on strings, where it would turn an
-# int that changes from one trace to the next into a symbol.
+# The signatures (and constant leaves) of the branches traced so far, per switch
+# call being traced. A call is named by a string: Dynamo specializes on strings,
+# where it would turn an int that changes from one trace to the next into a symbol.
 _traced_calls: Dict[str, Dict[int, tuple]] = {}
+_traced_constants: Dict[str, Dict[int, tuple]] = {}
 _call_ids = itertools.count()
 
 
@@ -374,27 +438,52 @@ _call_ids = itertools.count()
 def _open_check() -> str:
     call = f"switch{next(_call_ids)}"
     _traced_calls[call] = {}
+    _traced_constants[call] = {}
     return call
 
 
 @torch.compiler.assume_constant_result
 def _close_check(call: str) -> bool:
     _traced_calls.pop(call, None)
+    _traced_constants.pop(call, None)
     return True
 
 
 @torch.compiler.assume_constant_result
-def _check_traced_output(call: str, k: int, sig: tuple) -> bool:
-    """Record branch ``k``'s output signature; a mismatch with the lowest-numbered
-    branch traced before it is a ``BranchMismatch``."""
+def _check_traced_output(call: str, k: int, sig: tuple, constants: tuple = ()) -> bool:
+    """Record branch ``k``'s output signature and constant leaves; a mismatch with the
+    lowest-numbered branch traced before it is a ``BranchMismatch``."""
     seen = _traced_calls.setdefault(call, {})
-    seen[k] = sig
+    seen_constants = _traced_constants.setdefault(call, {})
+    seen[k], seen_constants[k] = sig, constants
     ref = min(seen)
-    message = _mismatch_message(k, sig, ref, seen[ref]) if ref != k else None
+    message = None
+    if ref != k:
+        message = _mismatch_message(k, sig, ref, seen[ref]) or _constants_message(
+            k, constants, ref, seen_constants[ref]
+        )
     if message is not None:
-        _traced_calls.pop(call, None)
+        _close_check(call)
         raise _TRACED[BranchMismatch](message)
     return True
+
+
+def _constants_message(k: int, constants: tuple, ref: int, ref_constants: tuple) -> Optional[str]:
+    """Where the constant leaves of two branches differ inside containers the
+    signatures do not look into (a dataclass, a custom pytree node)."""
+    if _same_constants(constants, ref_constants):
+        return None
+    return (
+        f"switch: branches[{k}] returns other non-tensor values than branches[{ref}]: "
+        f"(leaf, value) {constants} against {ref_constants}; all branches must return "
+        "equal non-tensor values"
+    )
+
+
+def _same_constants(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        i == j and type(x) is type(y) and x == y for (i, x), (j, y) in zip(a, b)
+    )
 
 
 # --- vmap over a batched index: run every branch, select per sample -------------
@@ -413,13 +502,16 @@ def _select_all(index: torch.Tensor, branches: Sequence[Callable], operands: tup
     sig0 = _signature(outputs[0])
     flat0, spec0 = pytree.tree_flatten(outputs[0])
     flats = [flat0]
+    constants0 = _constants_of(outputs[0])
     for k, out in enumerate(outputs[1:], start=1):
-        message = _mismatch_message(k, _signature(out), 0, sig0)
+        message = _mismatch_message(k, _signature(out), 0, sig0) or _constants_message(
+            k, _constants_of(out), 0, constants0
+        )
         if message is not None:
             raise BranchMismatch(message)
         flat, _ = pytree.tree_flatten(out)
         for j, (a, b) in enumerate(zip(flat0, flat)):
-            if a.shape != b.shape:
+            if isinstance(a, torch.Tensor) and a.shape != b.shape:
                 raise BranchMismatch(
                     f"switch under vmap with a batched index: output leaf {j} of branches[{k}] "
                     f"is {b.dtype}{list(b.shape)} but branches[0] gives {a.dtype}{list(a.shape)}; "
@@ -430,6 +522,9 @@ def _select_all(index: torch.Tensor, branches: Sequence[Callable], operands: tup
     selected = []
     for j in range(len(flat0)):
         acc = flats[0][j]
+        if not isinstance(acc, torch.Tensor):  # a constant, equal in every branch
+            selected.append(acc)
+            continue
         for k in range(1, len(branches)):
             acc = torch.where(index == k, flats[k][j], acc)
         selected.append(acc)
