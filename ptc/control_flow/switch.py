@@ -336,8 +336,10 @@ def _unaliased(out: Any, operands: Sequence[torch.Tensor]) -> Any:
     def fresh(t: torch.Tensor) -> torch.Tensor:
         base = t._base
         if any(t is s or (base is not None and base is s) for s in seen):
-            t = t.clone()
+            return t.clone()
         seen.append(t)
+        if base is not None:  # a later view of the same intermediate aliases this one
+            seen.append(base)
         return t
 
     return pytree.tree_map_only(torch.Tensor, fresh, out)
@@ -368,7 +370,6 @@ def _signature(out: Any) -> tuple:
     return (type(out).__name__,)
 
 
-
 def _describe(sig: tuple) -> str:
     kind = sig[0]
     if kind == "tensor":
@@ -393,7 +394,7 @@ def _difference(a: tuple, b: tuple, path: str = "output") -> Optional[Tuple[str,
     if not same_shape:
         return ("structure", path, _describe(a), _describe(b))
     if a[0] == "constant":
-        if type(a[1]) is not type(b[1]) or a[1] != b[1]:
+        if not _equal_constants(a[1], b[1]):
             return ("value", path, repr(a[1]), repr(b[1]))
     elif a[0] == "tensor":
         if a[1] != b[1]:
@@ -481,9 +482,12 @@ def _constants_message(k: int, constants: tuple, ref: int, ref_constants: tuple)
 
 
 def _same_constants(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(
-        i == j and type(x) is type(y) and x == y for (i, x), (j, y) in zip(a, b)
-    )
+    return len(a) == len(b) and all(i == j and _equal_constants(x, y) for (i, x), (j, y) in zip(a, b))
+
+
+def _equal_constants(x: Any, y: Any) -> bool:
+    """Equal values of one type (``1`` is not ``True`` nor ``1.0``); nan equals nan."""
+    return type(x) is type(y) and (x == y or (x != x and y != y))
 
 
 # --- vmap over a batched index: run every branch, select per sample -------------

@@ -116,3 +116,10 @@ def test_eager_keeps_the_aliasing_of_the_branch():
     # eager runs the branch itself: what it returns is returned, as in plain Python
     x = X.clone()
     assert switch(torch.tensor(0), SINGLE, x) is x
+
+
+def test_two_views_of_one_intermediate_are_copied_apart():
+    branches = [lambda x: (lambda y: (y[:3], y[3:]))(x * 2), lambda x: (x[:3] + 1, x[3:] + 1)]
+    run = make_fx(lambda i, x: switch(i, branches, x), tracing_mode="symbolic")(torch.tensor(0), X)
+    got = run(torch.tensor(0), X)
+    assert torch.equal(got[0], X[:3] * 2) and torch.equal(got[1], X[3:] * 2)

@@ -138,3 +138,14 @@ def test_gradients_with_constant_leaves():
     branches = [lambda x: (x * 2, None, 3), lambda x: (x.sin(), None, 3), lambda x: (x, None, 3)]
     compiled = torch.compile(lambda i, x: switch(i, branches, x)[0].sum(), fullgraph=True)
     check_gradients(compiled, [lambda x, b=b: b(x)[0] for b in branches], X, indices=[0, 1, 2])
+
+
+def test_nan_constants_are_equal_and_types_tell_constants_apart():
+    nan = float("nan")
+    branches = [lambda x: (x * 2, nan), lambda x: (x + 1, nan)]
+    got = torch.compile(lambda i, x: switch(i, branches, x), fullgraph=True, backend="eager")(torch.tensor(1), X)
+    assert torch.equal(got[0], X + 1) and got[1] != got[1]
+    torch._dynamo.reset()
+    branches = [lambda x: (x * 2, 1), lambda x: (x + 1, True)]
+    with pytest.raises(ptc.BranchMismatch, match=r"output\[1\] is True in branches\[1\] but 1 in branches\[0\]"):
+        torch.compile(lambda i, x: switch(i, branches, x), fullgraph=True, backend="eager")(torch.tensor(0), X)
