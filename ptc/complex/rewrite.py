@@ -108,6 +108,7 @@ class _PairInterpreter(fx.Interpreter):
         # tensors made by view_as_real(pair): id -> (tensor, pair); select/unbind/view_as_complex
         # of them go straight back to the pair's parts
         self._planes: Dict[int, Any] = {}
+        self._flat_planes: Dict[int, Any] = {}  # the same, flattened: [..., 2n] (see _componentwise)
         self._node: Optional[fx.Node] = None
 
     def run_node(self, n: fx.Node) -> Any:
@@ -141,6 +142,9 @@ class _PairInterpreter(fx.Interpreter):
         shortcut = self._plane_shortcut(target, args, kwargs)
         if shortcut is not None:
             return shortcut
+        componentwise = self._componentwise(target, args, kwargs)
+        if componentwise is not None:
+            return componentwise
         leaves = pytree.tree_leaves((args, kwargs))
         out_meta = self._node.meta.get("val") if self._node is not None else None
         involved = (
@@ -203,6 +207,8 @@ class _PairInterpreter(fx.Interpreter):
         if not args:
             return None
         pair = self._planes_of(args[0])
+        if pair is None and target is aten.view_as_complex.default and self._node is not None:
+            return self._lift(self._node.args[0])
         if pair is None:
             return None
         planes = args[0]
@@ -214,6 +220,148 @@ class _PairInterpreter(fx.Interpreter):
         if target is aten.view_as_complex.default:
             return pair
         return None
+
+    # --- real arithmetic on the planes of a pair -------------------------------
+    #
+    # A real tensor holding a pair's planes, interleaved (re, im, re, im, ...) along its last
+    # dimension, either as ``[..., n, 2]`` (what view_as_real makes) or flattened to ``[..., 2n]``,
+    # is computed as usual, and the interpreter also remembers the pair it holds. Componentwise
+    # arithmetic on such tensors (and on graph inputs read the same way), reshapes between the two
+    # layouts and a full sum then act on the pair's parts; view_as_complex of the result is the
+    # pair again. The interleaved tensor is then never read, and Inductor drops its store: one
+    # kernel where there were two (Llama's rotary embedding, forward and backward).
+
+    _COMPONENTWISE = {
+        aten.mul.Tensor: operator.mul, aten.add.Tensor: operator.add,
+        aten.sub.Tensor: operator.sub, aten.div.Tensor: operator.truediv,
+    }
+    _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+    def _flat_of(self, value):
+        if isinstance(value, torch.Tensor):
+            hit = self._flat_planes.get(id(value))
+            if hit is not None and hit[0] is value:
+                return hit[1]
+        return None
+
+    def _componentwise(self, target, args, kwargs):
+        if not args or not isinstance(args[0], torch.Tensor):
+            return None
+        if target in self._RESHAPES:
+            return self._reshape_planes(target, args, kwargs)
+        if target is aten.sum.default and not kwargs and len(args) == 1:
+            pair = self._flat_of(args[0]) or self._planes_of(args[0])
+            if pair is None:
+                return None
+            return aten.sum.default(pair.re + pair.im)
+        if target in self._COMPONENTWISE and not kwargs and len(args) == 2:
+            return self._binary_planes(target, args)
+        return None
+
+    def _reshape_planes(self, target, args, kwargs):
+        src, out_shape = args[0], None
+        stacked, flat = self._planes_of(src), self._flat_of(src)
+        if stacked is None and flat is None:
+            return None
+        out = target(*args, **kwargs)
+        if stacked is not None and tuple(out.shape) == tuple(src.shape[:-2]) + (2 * src.shape[-2],):
+            self._flat_planes[id(out)] = (out, stacked)
+        elif flat is not None and tuple(out.shape) == tuple(src.shape[:-1]) + (src.shape[-1] // 2, 2):
+            self._planes[id(out)] = (out, flat)
+        return out
+
+    def _binary_planes(self, target, args):
+        a, b = args
+        layout, pair_a = "flat", self._flat_of(a)
+        if pair_a is None and isinstance(b, torch.Tensor):
+            pair_a = self._flat_of(b)
+            if pair_a is not None:
+                return None  # keep the operand order simple: planes first
+        if pair_a is None:
+            layout, pair_a = "stacked", self._planes_of(a)
+        if pair_a is None:
+            return None
+        node_b = self._node.args[1] if self._node is not None else None
+        pair_b = self._as_pair(b, node_b, a, layout, pair_a.dtype)
+        if pair_b is None:
+            return None
+        fn = self._COMPONENTWISE[target]
+        out = target(*args)
+        if out.dtype != a.dtype:
+            return None
+        result = Pair(fn(pair_a.re, pair_b.re), fn(pair_a.im, pair_b.im), pair_a.dtype)
+        (self._flat_planes if layout == "flat" else self._planes)[id(out)] = (out, result)
+        return out
+
+    def _lift(self, node, layout="stacked"):
+        """The pair whose planes the real tensor of ``node`` holds, computed from the parts of its
+        inputs: ``node`` (used once) is componentwise arithmetic, a reshape between the two
+        layouts, a broadcast scalar or a graph input, down to graph inputs and known planes.
+        None where any step is something else."""
+        if not isinstance(node, fx.Node) or node not in self.env:
+            return None
+        value = self.env[node]
+        if not isinstance(value, torch.Tensor) or value.dtype not in (torch.float32, torch.float64):
+            return None
+        if value.dim() == 0 or value.shape[-1] % 2 or (layout == "stacked" and value.shape[-1] != 2):
+            return None
+        known = self._planes_of(value) if layout == "stacked" else self._flat_of(value)
+        if known is not None:
+            return known
+        dtype = torch.complex64 if value.dtype == torch.float32 else torch.complex128
+        if node.op == "placeholder":
+            return self._as_pair(value, node, value, layout, dtype)
+        if node.op != "call_function" or len(node.users) != 1:
+            return None
+        if node.target in self._RESHAPES:
+            src = self.env.get(node.args[0])
+            if not isinstance(src, torch.Tensor):
+                return None
+            if layout == "stacked" and tuple(src.shape) == tuple(value.shape[:-2]) + (2 * value.shape[-2],):
+                return self._lift(node.args[0], "flat")
+            if layout == "flat" and tuple(src.shape) == tuple(value.shape[:-1]) + (value.shape[-1] // 2, 2):
+                return self._lift(node.args[0], "stacked")
+            return None
+        if node.target is aten.expand.default:
+            src = self.env.get(node.args[0])
+            if isinstance(src, torch.Tensor) and src.numel() == 1 and src.dtype == value.dtype:
+                shape = value.shape[:-2] if layout == "stacked" else value.shape[:-1]
+                part = src.reshape(()).expand(*shape, value.shape[-2] if layout == "stacked" else value.shape[-1] // 2)
+                return Pair(part, part, dtype)
+            return None
+        fn = self._COMPONENTWISE.get(node.target)
+        if fn is None or node.kwargs or len(node.args) != 2:
+            return None
+        parts = []
+        for arg in node.args:
+            if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+                parts.append(Pair(value.new_tensor(arg), value.new_tensor(arg), dtype))
+                continue
+            lifted = self._lift(arg, layout)
+            if lifted is None or lifted.dtype != dtype:
+                return None
+            parts.append(lifted)
+        a, b = parts
+        return Pair(fn(a.re, b.re), fn(a.im, b.im), dtype)
+
+    def _as_pair(self, value, node, like, layout, dtype):
+        """``value`` (the other operand of componentwise arithmetic on ``like``'s planes) as the
+        pair whose planes it holds, or None where it does not read as one without a copy."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return Pair(like.new_tensor(value).expand(()), like.new_tensor(value).expand(()), dtype)
+        if not isinstance(value, torch.Tensor):
+            return None
+        known = self._flat_of(value) if layout == "flat" else self._planes_of(value)
+        if known is not None:
+            return known if known.dtype == dtype else None
+        if value.dtype != real_dtype(dtype) or tuple(value.shape) != tuple(like.shape):
+            return None
+        if not isinstance(node, fx.Node) or node.op != "placeholder" or not value.is_contiguous():
+            return None
+        stacked = value if layout == "stacked" else aten.view.default(
+            value, [*value.shape[:-1], value.shape[-1] // 2, 2]
+        )
+        return Pair.of(aten.view_as_complex.default(stacked))
 
     def _aten(self, target, args, kwargs):
         """Run ``target`` on its ATen kernel: pairs in as complex tensors, complex results out as pairs."""
