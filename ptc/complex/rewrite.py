@@ -259,7 +259,7 @@ class _PairInterpreter(fx.Interpreter):
         return None
 
     def _reshape_planes(self, target, args, kwargs):
-        src, out_shape = args[0], None
+        src = args[0]
         stacked, flat = self._planes_of(src), self._flat_of(src)
         if stacked is None and flat is None:
             return None
