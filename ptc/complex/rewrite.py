@@ -109,6 +109,7 @@ class _PairInterpreter(fx.Interpreter):
         # of them go straight back to the pair's parts
         self._planes: Dict[int, Any] = {}
         self._flat_planes: Dict[int, Any] = {}  # the same, flattened: [..., 2n] (see _componentwise)
+        self._layouts = {"stacked": self._planes, "flat": self._flat_planes}
         self._node: Optional[fx.Node] = None
 
     def run_node(self, n: fx.Node) -> Any:
@@ -129,12 +130,17 @@ class _PairInterpreter(fx.Interpreter):
 
     # --- ops ----------------------------------------------------------------
 
-    def _planes_of(self, value):
+    def _planes_of(self, value, layout="stacked"):
+        """The pair whose planes ``value`` holds in ``layout`` ("stacked": ``[..., n, 2]``,
+        "flat": ``[..., 2n]``), or None."""
         if isinstance(value, torch.Tensor):
-            hit = self._planes.get(id(value))
+            hit = self._layouts[layout].get(id(value))
             if hit is not None and hit[0] is value:
                 return hit[1]
         return None
+
+    def _remember(self, value, pair, layout):
+        self._layouts[layout][id(value)] = (value, pair)
 
     def call_function(self, target, args, kwargs):
         if not isinstance(target, torch._ops.OpOverload):
@@ -200,7 +206,7 @@ class _PairInterpreter(fx.Interpreter):
                 planes = aten.view_as_real(z)
         if planes is None:
             planes = aten.view_as_real(join(pair.re, pair.im, pair.dtype))
-        self._planes[id(planes)] = (planes, pair)
+        self._remember(planes, pair, "stacked")
         return planes
 
     def _plane_shortcut(self, target, args, kwargs):
@@ -237,11 +243,16 @@ class _PairInterpreter(fx.Interpreter):
     }
     _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
-    def _flat_of(self, value):
-        if isinstance(value, torch.Tensor):
-            hit = self._flat_planes.get(id(value))
-            if hit is not None and hit[0] is value:
-                return hit[1]
+    @staticmethod
+    def _relayout(src_shape, out_shape):
+        """The layout a reshape from ``src_shape`` to ``out_shape`` takes interleaved planes to:
+        "flat" where it merges a last dim of 2 into the one before, "stacked" where it splits
+        the last dim into pairs, else None."""
+        src, out = tuple(src_shape), tuple(out_shape)
+        if len(src) >= 2 and src[-1] == 2 and out == src[:-2] + (2 * src[-2],):
+            return "flat"
+        if src and src[-1] % 2 == 0 and out == src[:-1] + (src[-1] // 2, 2):
+            return "stacked"
         return None
 
     def _componentwise(self, target, args, kwargs):
@@ -250,7 +261,7 @@ class _PairInterpreter(fx.Interpreter):
         if target in self._RESHAPES:
             return self._reshape_planes(target, args, kwargs)
         if target is aten.sum.default and not kwargs and len(args) == 1:
-            pair = self._flat_of(args[0]) or self._planes_of(args[0])
+            pair = self._planes_of(args[0], "flat") or self._planes_of(args[0])
             if pair is None:
                 return None
             return aten.sum.default(pair.re + pair.im)
@@ -260,23 +271,21 @@ class _PairInterpreter(fx.Interpreter):
 
     def _reshape_planes(self, target, args, kwargs):
         src = args[0]
-        stacked, flat = self._planes_of(src), self._flat_of(src)
+        stacked, flat = self._planes_of(src), self._planes_of(src, "flat")
         if stacked is None and flat is None:
             return None
         out = target(*args, **kwargs)
-        if stacked is not None and tuple(out.shape) == tuple(src.shape[:-2]) + (2 * src.shape[-2],):
-            self._flat_planes[id(out)] = (out, stacked)
-        elif flat is not None and tuple(out.shape) == tuple(src.shape[:-1]) + (src.shape[-1] // 2, 2):
-            self._planes[id(out)] = (out, flat)
+        layout = self._relayout(src.shape, out.shape)
+        pair = {"flat": stacked, "stacked": flat}.get(layout)  # from the other layout
+        if pair is not None:
+            self._remember(out, pair, layout)
         return out
 
     def _binary_planes(self, target, args):
         a, b = args
-        layout, pair_a = "flat", self._flat_of(a)
-        if pair_a is None and isinstance(b, torch.Tensor):
-            pair_a = self._flat_of(b)
-            if pair_a is not None:
-                return None  # keep the operand order simple: planes first
+        layout, pair_a = "flat", self._planes_of(a, "flat")
+        if pair_a is None and self._planes_of(b, "flat") is not None:
+            return None  # keep the operand order simple: planes first
         if pair_a is None:
             layout, pair_a = "stacked", self._planes_of(a)
         if pair_a is None:
@@ -285,12 +294,10 @@ class _PairInterpreter(fx.Interpreter):
         pair_b = self._as_pair(b, node_b, a, layout, pair_a.dtype)
         if pair_b is None:
             return None
+        # pair_b is a number or has pair_a's dtype (see _as_pair): out keeps a's dtype
         fn = self._COMPONENTWISE[target]
         out = target(*args)
-        if out.dtype != a.dtype:
-            return None
-        result = Pair(fn(pair_a.re, pair_b.re), fn(pair_a.im, pair_b.im), pair_a.dtype)
-        (self._flat_planes if layout == "flat" else self._planes)[id(out)] = (out, result)
+        self._remember(out, Pair(fn(pair_a.re, pair_b.re), fn(pair_a.im, pair_b.im), pair_a.dtype), layout)
         return out
 
     def _lift(self, node, layout="stacked"):
@@ -305,7 +312,7 @@ class _PairInterpreter(fx.Interpreter):
             return None
         if value.dim() == 0 or value.shape[-1] % 2 or (layout == "stacked" and value.shape[-1] != 2):
             return None
-        known = self._planes_of(value) if layout == "stacked" else self._flat_of(value)
+        known = self._planes_of(value, layout)
         if known is not None:
             return known
         dtype = torch.complex64 if value.dtype == torch.float32 else torch.complex128
@@ -315,13 +322,9 @@ class _PairInterpreter(fx.Interpreter):
             return None
         if node.target in self._RESHAPES:
             src = self.env.get(node.args[0])
-            if not isinstance(src, torch.Tensor):
+            if not isinstance(src, torch.Tensor) or self._relayout(src.shape, value.shape) != layout:
                 return None
-            if layout == "stacked" and tuple(src.shape) == tuple(value.shape[:-2]) + (2 * value.shape[-2],):
-                return self._lift(node.args[0], "flat")
-            if layout == "flat" and tuple(src.shape) == tuple(value.shape[:-1]) + (value.shape[-1] // 2, 2):
-                return self._lift(node.args[0], "stacked")
-            return None
+            return self._lift(node.args[0], "flat" if layout == "stacked" else "stacked")
         if node.target is aten.expand.default:
             src = self.env.get(node.args[0])
             if isinstance(src, torch.Tensor) and src.numel() == 1 and src.dtype == value.dtype:
@@ -335,7 +338,7 @@ class _PairInterpreter(fx.Interpreter):
         parts = []
         for arg in node.args:
             if isinstance(arg, (int, float)) and not isinstance(arg, bool):
-                parts.append(Pair(value.new_tensor(arg), value.new_tensor(arg), dtype))
+                parts.append(self._as_pair(arg, None, value, layout, dtype))
                 continue
             lifted = self._lift(arg, layout)
             if lifted is None or lifted.dtype != dtype:
@@ -348,10 +351,10 @@ class _PairInterpreter(fx.Interpreter):
         """``value`` (the other operand of componentwise arithmetic on ``like``'s planes) as the
         pair whose planes it holds, or None where it does not read as one without a copy."""
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return Pair(like.new_tensor(value).expand(()), like.new_tensor(value).expand(()), dtype)
+            return Pair(like.new_tensor(value), like.new_tensor(value), dtype)
         if not isinstance(value, torch.Tensor):
             return None
-        known = self._flat_of(value) if layout == "flat" else self._planes_of(value)
+        known = self._planes_of(value, layout)
         if known is not None:
             return known if known.dtype == dtype else None
         if value.dtype != real_dtype(dtype) or tuple(value.shape) != tuple(like.shape):
