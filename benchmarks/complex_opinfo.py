@@ -1,6 +1,6 @@
 """ptc.complex against stock ``torch.compile`` over torch's own OpInfo database.
 
-    python benchmarks/complex_opinfo.py [--dtype complex64] [--samples 2] [--backward]
+    python benchmarks/complex_opinfo.py [--dtype complex64] [--samples 2] [--backward | --inplace]
                                         [--ops abs,mul] [--jobs 2] [--json out.json]
 
 Every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db``
@@ -20,6 +20,9 @@ With ``--backward``, for OpInfos that support autograd: the gradient of a real
 loss (``sum(real(out * conj(w)))`` over the outputs, ``w`` fixed) with respect to
 every floating or complex input, computed by backpropagating through the
 compiled forward (so AOTAutograd compiles the backward too), against eager's.
+With ``--inplace``, for OpInfos with an in-place variant (``x.add_(y)``): that
+variant instead, the updated input compared with eager's (its write-back into
+the input is part of the compiled graph).
 
 Ops whose eager result is not a function of the inputs (random sampling,
 ``empty``) and samples on which eager itself raises are left out of the
@@ -168,8 +171,8 @@ def _grad_inputs(args):
 
 
 class _Sample:
-    def __init__(self, op, sample):
-        self.op = op
+    def __init__(self, op, sample, inplace=False):
+        self.op = op.inplace_variant if inplace else op
         self.args = (sample.input,) + tuple(sample.args)
         self.kwargs = dict(sample.kwargs)
 
@@ -256,17 +259,24 @@ def excluded_by_name(op) -> str:
     return ""
 
 
-def run_op(op, *, samples: int, backward: bool, dtype, modes=MODES) -> OpResult:
+def _direction(backward: bool, inplace: bool) -> str:
+    return "backward" if backward else "inplace" if inplace else "forward"
+
+
+def run_op(op, *, samples: int, backward: bool, dtype, modes=MODES, inplace: bool = False) -> OpResult:
     import torch
 
     name = op_name(op)
-    res = OpResult(name, "backward" if backward else "forward")
+    res = OpResult(name, _direction(backward, inplace))
     start = time.perf_counter()
     res.excluded = excluded_by_name(op)
     if res.excluded:
         return res
     if backward and not op.supports_autograd:
         res.excluded = "no autograd"
+        return res
+    if inplace and op.inplace_variant is None:
+        res.excluded = "no in-place variant"
         return res
     torch.manual_seed(0)
     try:
@@ -279,7 +289,7 @@ def run_op(op, *, samples: int, backward: bool, dtype, modes=MODES) -> OpResult:
     for s in raw:
         if len(usable) >= samples:
             break
-        sample = _Sample(op, s)
+        sample = _Sample(op, s, inplace)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -325,7 +335,7 @@ def run_op(op, *, samples: int, backward: bool, dtype, modes=MODES) -> OpResult:
 # --- the run ----------------------------------------------------------------
 
 
-def _worker(names: List[str], samples: int, backward: bool, dtype_name: str) -> None:
+def _worker(names: List[str], samples: int, backward: bool, dtype_name: str, inplace: bool = False) -> None:
     """Runs the named ops one by one, one JSON line per op on stdout (``start`` lines first)."""
     import torch
 
@@ -335,19 +345,20 @@ def _worker(names: List[str], samples: int, backward: bool, dtype_name: str) -> 
     for name in names:
         print(json.dumps({"start": name}), flush=True)
         try:
-            res = run_op(by_name[name], samples=samples, backward=backward, dtype=dtype)
+            res = run_op(by_name[name], samples=samples, backward=backward, dtype=dtype, inplace=inplace)
         except Exception as e:  # noqa: BLE001 - a bug in the harness must not hide the other ops
-            res = OpResult(name, "backward" if backward else "forward", excluded=f"harness: {e!r}"[:200])
+            res = OpResult(name, _direction(backward, inplace), excluded=f"harness: {e!r}"[:200])
             traceback.print_exc(file=sys.stderr)
         print(json.dumps({"result": asdict(res)}), flush=True)
 
 
-def run(names: List[str], *, samples=2, backward=False, dtype_name="complex64", jobs=1, op_timeout=600.0, log=None):
+def run(names: List[str], *, samples=2, backward=False, dtype_name="complex64", jobs=1, op_timeout=600.0, log=None,
+        inplace=False):
     """Every named op through both modes in ``jobs`` worker processes; a list of :class:`OpResult`."""
     import selectors
 
     results: Dict[str, OpResult] = {}
-    direction = "backward" if backward else "forward"
+    direction = _direction(backward, inplace)
     # split the queue across workers round-robin so slow families spread out
     shards = [names[i::jobs] for i in range(jobs)]
     procs = []
@@ -359,6 +370,8 @@ def run(names: List[str], *, samples=2, backward=False, dtype_name="complex64", 
         cmd = [sys.executable, __file__, "--worker", "--samples", str(samples), "--dtype", dtype_name]
         if backward:
             cmd.append("--backward")
+        if inplace:
+            cmd.append("--inplace")
         p = subprocess.Popen(
             cmd + ["--ops", ",".join(shard)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -438,13 +451,16 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="complex64", choices=["complex64", "complex128"])
     p.add_argument("--samples", type=int, default=2)
     p.add_argument("--backward", action="store_true")
+    p.add_argument("--inplace", action="store_true", help="the OpInfos' in-place variants (x.add_(y))")
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
     p.add_argument("--json", default="", help="write every op's result here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.backward and a.inplace:
+        p.error("--backward and --inplace: one direction at a time")
     if a.worker:
-        _worker([n for n in a.ops.split(",") if n], a.samples, a.backward, a.dtype)
+        _worker([n for n in a.ops.split(",") if n], a.samples, a.backward, a.dtype, a.inplace)
         return 0
     import torch
 
@@ -460,9 +476,10 @@ def main(argv=None) -> int:
         marks = " ".join(f"{m}:{'R' if r.ran.get(m) else '-'}{'E' if r.equal.get(m) else '-'}{'F' if r.fused.get(m) else '-'}" for m in MODES)
         print(f"{r.name:40s} {marks} {r.seconds:6.1f}s  {r.error.get('ptc', '')[:90]}", flush=True)
 
-    results = run(names, samples=a.samples, backward=a.backward, dtype_name=a.dtype, jobs=a.jobs, log=log)
+    results = run(names, samples=a.samples, backward=a.backward, dtype_name=a.dtype, jobs=a.jobs, log=log,
+                  inplace=a.inplace)
     table = summary(results)
-    direction = "backward" if a.backward else "forward"
+    direction = _direction(a.backward, a.inplace)
     n = table["ops"]["counted"]
     print(f"\ntorch {torch.__version__}, {a.dtype}, {direction}, {a.samples} sample(s) per op, "
           f"{n} ops counted ({table['ops']['excluded']} excluded), {time.perf_counter() - started:.0f} s")

@@ -45,6 +45,7 @@ in a fraction of the cold time (``benchmarks/RESULTS.md``). Nothing changes for 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import warnings
@@ -63,8 +64,8 @@ from ptc.complex.codegen import (
     vector_bitcasts,
     vector_math,
 )
-from ptc.complex.pair import is_paired
-from ptc.complex.rewrite import Report, rewrite
+from ptc.complex.pair import is_paired, storage_view
+from ptc.complex.rewrite import Report, rewrite, stored_inputs
 
 aten = torch.ops.aten
 log = logging.getLogger("ptc.complex")
@@ -322,7 +323,17 @@ class ComplexBackend:
         log.warning("ptc.complex could not compile %s; compiled by stock Inductor instead", reason)
 
     def _inner_rewritten(self, inner_compile, gm, example_inputs, **kwargs):
-        new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report)
+        stored = stored_inputs(gm)
+        new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report, stored=stored)
+        rewritten = new_gm is not gm  # else nothing complex in it
+        if rewritten and stored:
+            inputs = _storage_views(example_inputs, stored)
+            return _TakingStorageViews(self._compile(inner_compile, new_gm, inputs, rewritten, **kwargs), stored)
+        return self._compile(inner_compile, new_gm, example_inputs, rewritten, **kwargs)
+
+    def _compile(self, inner_compile, new_gm, example_inputs, rewritten: bool, **kwargs):
+        """Inductor's compile of one AOT graph, with ptc's code generation (and, for a graph the
+        rewrite changed, its vectorization settings)."""
         with (
             vector_bitcasts() as bitcasts,
             full_width_loads() as loads,
@@ -331,7 +342,7 @@ class ComplexBackend:
             trig_reuse() as trig,
             cache_key(bitcasts=bitcasts, loads=loads, math=inline_math, narrowing=narrowing, trig_reuse=trig),
         ):
-            if self.vectorize and new_gm is not gm and wants_vectorization(new_gm):
+            if self.vectorize and rewritten and wants_vectorization(new_gm):
                 from torch._inductor import config as inductor_config
 
                 with inductor_config.patch(_VECTORIZE):
@@ -387,6 +398,42 @@ class ComplexBackend:
             return aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions())(
                 gm, example_inputs
             )
+
+
+def _storage_views(inputs, positions):
+    """``inputs`` with those at ``positions`` (complex tensors) replaced by their real storage views."""
+    from torch._guards import detect_fake_mode
+
+    inputs = list(inputs)
+    with detect_fake_mode(inputs) or contextlib.nullcontext():
+        for i in positions:
+            inputs[i] = storage_view(inputs[i])
+    return inputs
+
+
+class _TakingStorageViews:
+    """A compiled graph that takes some complex inputs as their real storage views (see
+    :func:`ptc.complex.rewrite.stored_inputs`), called with the complex tensors themselves.
+
+    Equivalent to ``compiled([storage_view(a) if i in positions else a for i, a in enumerate(args)])``
+    (boxed: ``args`` is a list the call consumes, as every AOT graph's).
+    """
+
+    _boxed_call = True
+
+    def __init__(self, compiled: Callable, positions) -> None:
+        self.compiled = compiled
+        self.positions = tuple(positions)
+        self.boxed = bool(getattr(compiled, "_boxed_call", False))
+
+    def __call__(self, args):
+        for i in self.positions:
+            args[i] = storage_view(args[i])
+        if self.boxed:
+            return self.compiled(args)
+        flat = list(args)
+        args.clear()
+        return self.compiled(*flat)
 
 
 def backend(

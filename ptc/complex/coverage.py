@@ -31,7 +31,6 @@ class CoverageEntry(NamedTuple):
 
 #: complex-capable ops without a rule (they run on ATen, correct but unfused)
 KNOWN_FALLBACKS = [
-    ("copy_.default", "boundary", "in-place write into a complex graph input"),
     ("scatter_reduce.two", "movement", "reduce='prod'/'amax' are not per-part"),
     ("sinc.default", "elementwise", ""),
     ("logaddexp.default", "elementwise", ""),
@@ -50,6 +49,8 @@ def coverage() -> List[CoverageEntry]:
     """Every op ptc knows about, with its status, group and a note, sorted by group then name."""
     entries = [CoverageEntry(_name(op), "decomposed", r.group, r.note) for op, r in _rules.RULES.items()]
     entries += [CoverageEntry("view_as_real.default", "decomposed", "boundary", "the pair's planes, no copy")]
+    entries += [CoverageEntry("copy_.default", "decomposed", "boundary",
+                              "an input updated in place: stored by the kernel (on ATen for a conj/neg-bit input)")]
     entries += [
         CoverageEntry(_name(op), "library", "linalg/fft", _rules.LIBRARY_NOTES.get(op, "ATen kernel, zero-copy boundary"))
         for op in _rules.LIBRARY

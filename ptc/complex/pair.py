@@ -24,7 +24,8 @@ import torch
 
 aten = torch.ops.aten
 
-__all__ = ["Pair", "PAIRED_DTYPES", "real_dtype", "complex_dtype", "is_paired", "interleave", "split", "join"]
+__all__ = ["Pair", "PAIRED_DTYPES", "real_dtype", "complex_dtype", "is_paired", "interleave", "split", "join",
+           "join_bits", "storage_view", "from_storage", "store"]
 
 #: complex dtypes rewritten into pairs; anything else (complex32) stays on ATen.
 PAIRED_DTYPES = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -205,7 +206,7 @@ class Pair:
         return f"Pair(shape={tuple(self.shape)}, dtype={self.dtype}, source={self._source is not None})"
 
 
-def _through_bits(dtype: torch.dtype, device: torch.device) -> bool:
+def through_bits(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether complex values of ``dtype`` on ``device`` are split and joined through int64 bits.
 
     Inductor's C++ backend loads a stride-2 plane of ``view_as_real`` one float
@@ -231,7 +232,7 @@ def split(z: torch.Tensor):
 
     Bits are bits: NaN payloads, signed zeros and denormals come through unchanged.
     """
-    if _through_bits(z.dtype, z.device):
+    if through_bits(z.dtype, z.device):
         bits = aten.view.dtype(z, torch.int64)
         re = aten.view.dtype(bits.to(torch.int32), torch.float32)
         im = aten.view.dtype((bits >> 32).to(torch.int32), torch.float32)
@@ -254,11 +255,17 @@ def join(re: torch.Tensor, im: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     if re.shape != im.shape:
         shape = torch.broadcast_shapes(re.shape, im.shape)
         re, im = re.expand(shape), im.expand(shape)
-    if _through_bits(dtype, re.device):
-        lo = aten.view.dtype(re, torch.int32).to(torch.int64) & 0xFFFFFFFF
-        hi = aten.view.dtype(im, torch.int32).to(torch.int64) << 32
-        return aten.view.dtype(lo | hi, dtype)
+    if through_bits(dtype, re.device):
+        return aten.view.dtype(join_bits(re, im), dtype)
     return aten.view_as_complex(interleave(re, im))
+
+
+def join_bits(re: torch.Tensor, im: torch.Tensor) -> torch.Tensor:
+    """The int64 bits of the complex64 values ``re + 1j*im`` (float32 parts of one shape): what
+    :func:`join` stores, before its view as complex64."""
+    lo = aten.view.dtype(re, torch.int32).to(torch.int64) & 0xFFFFFFFF
+    hi = aten.view.dtype(im, torch.int32).to(torch.int64) << 32
+    return lo | hi
 
 
 def interleave(re: torch.Tensor, im: torch.Tensor) -> torch.Tensor:
@@ -292,3 +299,34 @@ def _dense_order(like: torch.Tensor) -> Optional[Sequence[int]]:
             return None
         expected *= int(sizes[d])
     return order
+
+
+# --- a complex input read and written through a real view of its memory ------------------------
+
+
+def storage_view(z: torch.Tensor) -> torch.Tensor:
+    """``z``'s memory as a real tensor: ``z.view(int64)`` for complex64 on the CPU (see
+    :func:`split`), else ``view_as_real(z)`` (``[..., 2]`` planes). ``z`` has no conj or neg bit."""
+    if through_bits(z.dtype, z.device):
+        return aten.view.dtype(z, torch.int64)
+    return aten.view_as_real(z)
+
+
+def from_storage(view: torch.Tensor, dtype: torch.dtype) -> Pair:
+    """The pair of complex ``dtype`` held in ``view`` (what :func:`storage_view` made), with the
+    complex tensor over the same memory as its source."""
+    if view.dtype == torch.int64:
+        re = aten.view.dtype(view.to(torch.int32), torch.float32)
+        im = aten.view.dtype((view >> 32).to(torch.int32), torch.float32)
+        return Pair(re, im, dtype, source=lambda: aten.view.dtype(view, dtype))
+    return Pair(aten.select(view, -1, 0), aten.select(view, -1, 1), dtype, source=lambda: aten.view_as_complex(view))
+
+
+def store(view: torch.Tensor, value: Pair) -> Pair:
+    """``view.copy_(storage_view(value))``: ``value`` (broadcast to the view's complex shape)
+    written into the memory :func:`storage_view` exposed, as real values; returns the
+    stored pair (``value`` broadcast)."""
+    shape = view.shape if view.dtype == torch.int64 else view.shape[:-1]
+    re, im = value.re.expand(shape), value.im.expand(shape)
+    aten.copy_(view, join_bits(re, im) if view.dtype == torch.int64 else interleave(re, im))
+    return Pair(re, im, value.dtype)

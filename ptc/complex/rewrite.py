@@ -29,7 +29,7 @@ import collections
 import contextlib
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 import torch.fx as fx
@@ -38,7 +38,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ptc.complex import rules as _rules
-from ptc.complex.pair import Pair, is_paired, join, real_dtype
+from ptc.complex.pair import Pair, from_storage, is_paired, join, real_dtype, storage_view, store
 from torch._subclasses.fake_tensor import FakeTensor
 
 aten = torch.ops.aten
@@ -111,6 +111,9 @@ class _PairInterpreter(fx.Interpreter):
         self._flat_planes: Dict[int, Any] = {}  # the same, flattened: [..., 2n] (see _componentwise)
         self._layouts = {"stacked": self._planes, "flat": self._flat_planes}
         self._node: Optional[fx.Node] = None
+        #: placeholders passed as their real storage view: name -> the complex dtype they hold
+        self.stored_dtypes: Dict[str, torch.dtype] = {}
+        self._storage: Dict[str, torch.Tensor] = {}  # their views, as traced
 
     def run_node(self, n: fx.Node) -> Any:
         self._node = n
@@ -120,6 +123,10 @@ class _PairInterpreter(fx.Interpreter):
 
     def placeholder(self, target, args, kwargs):
         value = super().placeholder(target, args, kwargs)
+        dtype = self.stored_dtypes.get(self._node.name) if self._node is not None else None
+        if dtype is not None:  # the real storage view of a complex input (see stored_inputs)
+            self._storage[self._node.name] = value
+            return from_storage(value, dtype)
         return Pair.of(value) if is_paired(value) else value
 
     def get_attr(self, target, args, kwargs):
@@ -145,6 +152,10 @@ class _PairInterpreter(fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if not isinstance(target, torch._ops.OpOverload):
             return target(*args, **kwargs)
+        if target is aten.copy_.default:
+            stored = self._store_into_input(args)
+            if stored is not None:
+                return stored
         shortcut = self._plane_shortcut(target, args, kwargs)
         if shortcut is not None:
             return shortcut
@@ -181,6 +192,26 @@ class _PairInterpreter(fx.Interpreter):
                 return result
         self.report.fallback[name] += 1
         return self._aten(target, args, kwargs)
+
+    # --- an input updated in place ---------------------------------------------
+
+    def _store_into_input(self, args):
+        """The write-back of an input mutation (``copy_(input, value)``, as AOTAutograd emits it)
+        into an input the graph takes as its real storage view: the values are stored as real
+        values, by the kernel that computes them. The result is the stored pair, with the input
+        as its source. None for any other ``copy_``."""
+        node = self._node
+        if node is None or len(args) != 2:
+            return None
+        dst = node.args[0]
+        view = self._storage.get(dst.name) if isinstance(dst, fx.Node) else None
+        if view is None or not isinstance(args[1], (Pair, torch.Tensor, bool, int, float, complex)):
+            return None
+        dtype = args[0].dtype
+        value = Pair.promote(args[1], dtype, like=view)
+        stored = store(view, value)
+        self.report.rewritten["copy_.default"] += 1
+        return Pair(stored.re, stored.im, dtype, source=args[0].complex)
 
     @staticmethod
     def _numbers_as_tensors(target, args, out_meta):
@@ -439,18 +470,44 @@ def _leave_pair_form(pair: Pair, meta: Optional[torch.Tensor]) -> torch.Tensor:
     return fresh.complex(like)
 
 
+def stored_inputs(gm: fx.GraphModule) -> List[int]:
+    """Positions of the complex inputs ``gm`` updates in place (a ``copy_`` into the input:
+    AOTAutograd's write-back of an input mutation), without conj or neg bit.
+
+    :func:`rewrite` can take these as their real storage views
+    (:func:`~ptc.complex.pair.storage_view`), so the new values are stored by the
+    kernel that computes them instead of by a complex ``copy_`` after it.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = {
+        n.args[0]
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is aten.copy_.default and n.args
+    }
+    found = []
+    for i, p in enumerate(placeholders):
+        val = p.meta.get("val")
+        if p in written and is_paired(val) and not val.is_conj() and not val.is_neg():
+            found.append(i)
+    return found
+
+
 def rewrite(
     gm: fx.GraphModule,
     example_inputs,
     *,
     decompositions: Optional[Mapping] = None,
     report: Optional[Report] = None,
+    stored: Sequence[int] = (),
 ) -> fx.GraphModule:
     """``gm`` with every complex op turned into real arithmetic (see the module docstring).
 
     ``example_inputs`` are the graph's inputs (fake or real tensors, SymInts);
     ``decompositions`` is applied to the real ops the rules emit (the table the
     graph itself was traced with). A graph without complex values is returned as is.
+    ``stored`` (from :func:`stored_inputs`): inputs the new graph takes as their
+    real storage view instead (``storage_view(z)`` where ``gm`` took ``z``); the
+    caller passes those.
     """
     if not has_complex(gm):
         return gm
@@ -459,15 +516,19 @@ def rewrite(
 
     fake_mode = detect_fake_mode(example_inputs)
     interp = _PairInterpreter(gm, own, fake_mode)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = list(example_inputs)
+    with fake_mode or contextlib.nullcontext():
+        for i in stored:
+            interp.stored_dtypes[placeholders[i].name] = inputs[i].dtype
+            inputs[i] = storage_view(inputs[i])
 
     def run(*args):
         return interp.run(*args)
 
     tracing_mode = "real"
     with fx_traceback.preserve_node_meta(), (fake_mode or contextlib.nullcontext()):
-        new_gm = make_fx(run, decomposition_table=dict(decompositions or {}), tracing_mode=tracing_mode)(
-            *example_inputs
-        )
+        new_gm = make_fx(run, decomposition_table=dict(decompositions or {}), tracing_mode=tracing_mode)(*inputs)
     new_gm.graph.eliminate_dead_code()
     new_gm.recompile()
     new_gm.meta.update(getattr(gm, "meta", {}))

@@ -102,6 +102,27 @@ def test_backward_never_worse_than_stock(name):
     assert sweep.worse_than_stock([res]) == [], res.error
 
 
+INPLACE = sorted(n for n in OPS if OPS[n].inplace_variant is not None and not sweep.excluded_by_name(OPS[n]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", INPLACE[1::4])
+def test_inplace_variant_never_worse_than_stock(name):
+    """Every 4th in-place variant (``x.add_(y)``): ptc runs and updates the input as eager does
+    wherever stock compile does."""
+    res = sweep.run_op(OPS[name], samples=1, backward=False, dtype=torch.complex64, inplace=True)
+    assert sweep.worse_than_stock([res]) == [], res.error
+
+
+@pytest.mark.parametrize("name", ["addcmul", "exp", "index_add", "masked_fill", "sqrt", "tril"])
+def test_inplace_variant_is_stored_by_the_fused_kernel(name):
+    """In-place variants ptc fuses forward are fused in place too: the input's new values are
+    stored by the kernel (no complex ``copy_`` on ATen), equal to eager's."""
+    res = sweep.run_op(OPS[name], samples=2, backward=False, dtype=torch.complex64, modes=("ptc",), inplace=True)
+    assert res.samples and res.equal["ptc"], res.error
+    assert res.fused["ptc"], res.unfused
+
+
 def test_sweep_counts_a_wrong_answer_and_a_failure():
     """The harness itself: a wrong result and a raising compile are each what the table counts."""
     r_ok = sweep.OpResult("a", "forward", samples=1, ran={"stock": True, "ptc": True}, equal={"stock": True, "ptc": True})

@@ -182,8 +182,9 @@ def test_inside_a_torchrun_launch(tmp_path):
 
     torchrun = Path(sys.executable).with_name("torchrun")
     pidfile, out = tmp_path / "coordinator.pid", tmp_path / "out"
+    # PYTHONFAULTHANDLER: a worker that aborts (SIGABRT) prints every thread's Python stack into the output
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PTC_FT_COORDINATOR_PIDFILE": str(pidfile),
-           "PTC_FT_COORDINATOR_IDLE_EXIT": "1"}  # fmt: skip
+           "PTC_FT_COORDINATOR_IDLE_EXIT": "1", "PYTHONFAULTHANDLER": "1"}  # fmt: skip
     env.pop("PTC_FT_COORDINATOR", None)
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "ptc.demos.ft_example",
            "--steps", "5", "--out", str(out)]  # fmt: skip
