@@ -202,14 +202,36 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs) -> Optional[torch.fx.G
         for x in example_inputs
     ):
         return None  # symbolic sizes, subclasses, fake inputs: leave these to the compile path
+    if any(n.op == "call_module" for n in gm.graph.nodes):
+        return None
     try:
         mode = FakeTensorMode(allow_non_fake_inputs=False)
         args = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        # the graph's own tensors (an optimizer's parameters and state, lifted by Dynamo as attributes) are
+        # traced as fake copies too: an op whose tensors are all real runs for real even under a fake mode,
+        # and an in-place one (the momentum buffer's mul_) would change the user's tensor at compile time
+        attributes = {}
+        for n in gm.graph.nodes:
+            if n.op == "get_attr":
+                value = _attribute(gm, n.target)
+                attributes[n.target] = mode.from_tensor(value, static_shapes=True) if isinstance(value, torch.Tensor) else value
+        traced_gm = gm
+        if attributes:  # a module of the same graph (copied: a graph belongs to one module) over the fakes
+            graph = torch.fx.Graph()
+            graph.output(graph.graph_copy(gm.graph, {}))
+            traced_gm = torch.fx.GraphModule(attributes, graph)
         with torch._guards.tracing(None), mode, torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return make_fx(gm, tracing_mode="real")(*args)
+            return make_fx(traced_gm, tracing_mode="real")(*args)
     except Exception:  # noqa: BLE001 - anything Dynamo can run but make_fx cannot: compile it
         return None
+
+
+def _attribute(gm: torch.fx.GraphModule, target: str):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
