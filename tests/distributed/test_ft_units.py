@@ -540,12 +540,9 @@ def test_a_collective_in_flight_may_finish_after_a_grow_was_announced(news, comp
     me = type("Stub", (), {"_link": _LinkStub(Generation(number=2, **news)),
                            "_nobody_failed": FaultTolerantGroup._nobody_failed})()  # fmt: skip
     gen = Generation(number=1, members=(0, 1))
-    future, event = torch.futures.Future(), threading.Event()
-    future.add_done_callback(lambda _f: event.set())
-    if completes:
-        threading.Timer(0.05, lambda: future.set_result(None)).start()
+    work = _Work(after=0.05 if completes else None)
     start = time.monotonic()
-    assert FaultTolerantGroup._finishes_anyway(me, gen, future, event) is expected
+    assert FaultTolerantGroup._finishes_anyway(me, gen, work, work.future) is expected
     took = time.monotonic() - start
     if news.get("failed"):
         assert took < 0.04  # no waiting when a peer is known dead
@@ -607,7 +604,7 @@ class _Work:
 
     def get_future(self):
         self.futures_asked += 1
-        return self.future
+        return _FutureWithoutCallbacks(self.future)
 
     def wait(self, timeout=None):
         if timeout is not None:
@@ -621,6 +618,22 @@ class _Work:
                 raise RuntimeError("Operation timed out!")  # what c10d's Work::wait(timeout) raises
         self.future.wait()
         return True
+
+
+class _FutureWithoutCallbacks:
+    """The Work's future as ft may use it: a done-callback would run on the backend's thread and
+    take the GIL there, which aborts the process if the interpreter is finalizing meanwhile."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def done(self):
+        return self._future.done()
+
+    def add_done_callback(self, fn):
+        raise AssertionError("a Python callback on a collective's future (it runs on the backend's thread)")
+
+    then = add_done_callback
 
 
 def _bare_group(work):
@@ -638,6 +651,7 @@ def _bare_group(work):
             self.faults, self._recorder = None, None
             self._waiters, self._waiters_lock, self._news_listeners = set(), threading.Lock(), []
             self._timeout = datetime.timedelta(seconds=5)
+            self.closed = False
 
         def _failure(self, detail):
             return PeerFailure([1], 1, detail)
@@ -1540,3 +1554,23 @@ def test_members_trained_in_threads_leave_no_active_ddp_module(coordinator):
 
     _train_two(coordinator, lambda: torch.nn.Linear(3, 2), ddp=True)
     assert DistributedDataParallel._get_active_ddp_module() is None
+
+
+def test_close_destroys_the_members_groups_and_refuses_collectives_after(coordinator):
+    """close() lets go of the current generation's groups (the engine's and a subgroup's): with no
+    other reference they are destroyed then, their threads joined while the interpreter is whole,
+    not left to the process's teardown.  A collective after close() is a clear error."""
+    import weakref
+
+    groups = _groups(coordinator, 2)
+    _each(groups, lambda g: g.subgroups(lambda n: [[r] for r in range(n)]))
+    _each(groups, lambda g: g.allreduce(torch.ones(2)))
+    alive = [weakref.ref(g._engine.pg) for g in groups] + [weakref.ref(g._subgroups[0].pg) for g in groups]
+    for g in groups:
+        g.close()
+    import gc
+
+    gc.collect()
+    assert [ref() is None for ref in alive] == [True] * 4
+    with pytest.raises(PtcValueError, match="allreduce: this member closed its group"):
+        groups[0].allreduce(torch.ones(2))

@@ -88,14 +88,26 @@ from ptc.errors import CoordinatorUnreachable, JobFinished, PeerFailure, PtcErro
 GROW_GRACE_S = 0.25
 
 # How long a collective is first waited for in C++ (GIL released, nothing else runs), before the
-# wait switches to a done-callback that the abort broadcast can overtake.  Most collectives of a
-# training step finish within it and never pay the callback, which runs on the backend's thread
-# and must take the GIL there (measured: +60-75 us of CPU and +7 % wall per small allreduce with
-# 4 gloo workers on 2 cores).  A rank not adjacent to a dead peer is released by the abort
-# broadcast at most this much later than it would be otherwise (usually not at all: the
-# broadcast comes after detection, 20-30 ms after a crash here, by when the wait has switched).
+# wait becomes abortable: waits of ABORTABLE_SLICE, the news (an abort broadcast) checked between
+# them, so a rank not adjacent to a dead peer is released at most one slice after the news
+# arrives.  Most collectives of a training step finish within the first wait.  No done-callback
+# on the collective's future: it would run on the backend's thread, which must take the GIL for
+# it (and again to release the callable), and a thread that takes the GIL while the interpreter
+# finalizes is ended by pthread_exit, which aborts the process from inside c10d's noexcept code
+# ("terminate called without an active exception": a worker whose last collective had taken
+# the abortable wait exited that way, rarely, under load).
 # Never 0: c10d reads a zero timeout as "no timeout" (kNoTimeout) and would wait forever.
 FAST_WAIT = datetime.timedelta(milliseconds=20)
+ABORTABLE_SLICE = datetime.timedelta(milliseconds=5)
+
+
+def _wait_slice(work: Any, timeout: datetime.timedelta) -> None:
+    """Wait up to ``timeout`` for ``work`` in C++; a timeout or the work's failure both return
+    (the caller reads its future, and ``work.wait()`` raises the failure)."""
+    try:
+        work.wait(max(timeout, datetime.timedelta(milliseconds=1)))
+    except RuntimeError:
+        pass
 
 
 # How often a member reads the generation's arrival count in the store before connecting it
@@ -982,6 +994,8 @@ class FaultTolerantGroup:
 
     def _issue(self, what: str, issue: Callable[[Any], Any], group: Optional[Subgroup] = None) -> Tuple[Generation, Any]:
         """Start a collective on this generation's group: ``(generation, work)`` for :meth:`_await`."""
+        if self.closed:
+            raise PtcValueError(f"{what}: this member closed its group (close() left the job)")
         gen = self._current()
         if self.stale():
             raise self._failure(f"{what}: generation {gen.number} was aborted")
@@ -1019,25 +1033,23 @@ class FaultTolerantGroup:
 
     def _wait_abortable(self, what: str, gen: Generation, work: Any) -> None:
         """Wait for ``work`` until it completes, or until news (a newer generation, fencing, the
-        coordinator lost) aborts it: the link thread wakes every registered waiter."""
+        coordinator lost) aborts it: C++ waits of ``ABORTABLE_SLICE`` (see ``FAST_WAIT``), the
+        news checked between them.  The waiter is registered in ``_waiters`` meanwhile (the link thread sets
+        its event on news)."""
         event = threading.Event()
         with self._waiters_lock:
-            self._waiters.add(event)  # before the first stale() check: no news can slip between
+            self._waiters.add(event)
         try:
             future = work.get_future()
-            if not future.done():
-                # the future, not work.is_completed(), is what the done-callback follows
-                future.add_done_callback(lambda _f: event.set())
-                limit = time.monotonic() + self._timeout.total_seconds() + 10
-                while not future.done():
-                    if self.stale():
-                        if self._finishes_anyway(gen, future, event):
-                            break
-                        raise self._failure(f"{what}: aborted, generation {gen.number} was replaced")
-                    if time.monotonic() > limit:
-                        raise self._failure(f"{what}: not completed within the timeout")
-                    event.wait(timeout=0.5)
-                    event.clear()
+            limit = time.monotonic() + self._timeout.total_seconds() + 10
+            while not future.done():
+                if self.stale():
+                    if self._finishes_anyway(gen, work, future):
+                        break
+                    raise self._failure(f"{what}: aborted, generation {gen.number} was replaced")
+                if time.monotonic() > limit:
+                    raise self._failure(f"{what}: not completed within the timeout")
+                _wait_slice(work, ABORTABLE_SLICE)
             try:
                 work.wait()
             except RuntimeError as exc:
@@ -1046,7 +1058,7 @@ class FaultTolerantGroup:
             with self._waiters_lock:
                 self._waiters.discard(event)
 
-    def _finishes_anyway(self, gen: Generation, future: Any, event: threading.Event) -> bool:
+    def _finishes_anyway(self, gen: Generation, work: Any, future: Any) -> bool:
         """A newer generation was announced while this collective runs. If nobody of ``gen``
         failed (a grow, or the same members re-formed), every peer is alive and may already have
         completed this very collective: give it ``GROW_GRACE_S`` to complete here too, so that
@@ -1059,8 +1071,7 @@ class FaultTolerantGroup:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            event.wait(timeout=left)
-            event.clear()
+            _wait_slice(work, min(ABORTABLE_SLICE, datetime.timedelta(seconds=left)))
         return True
 
     def _nobody_failed(self, gen: Generation) -> bool:
@@ -1139,11 +1150,27 @@ class FaultTolerantGroup:
         self._event(name, **data)
 
     def close(self) -> None:
-        """Leave the job cleanly (the coordinator does not count it as a failure)."""
+        """Leave the job cleanly (the coordinator does not count it as a failure), and let go
+        of this member's process groups (see :meth:`_release_groups`)."""
         if self.closed:
             return
         self.closed = True
         self._link.close(leave=True)
+        self._release_groups()
+
+    def _release_groups(self) -> None:
+        """Drop this member's references to its current generation's groups (the engine's and the
+        subgroups'), so that, unless someone else holds them, they are destroyed now, their
+        threads joined while the interpreter is whole: a gloo group still alive when the process
+        exits aborts it now and then (std::terminate in torch's teardown while the peers are
+        still connected, on both torches).  Not while a collective is being waited for (a
+        close from another thread): destroying its group would wait for it."""
+        with self._waiters_lock:
+            if self._waiters:
+                return
+        self._engine.pg = self._last_pg = None
+        for sub in self._subgroups:
+            sub.pg = None
 
     def __enter__(self) -> "FaultTolerantGroup":
         return self
