@@ -232,13 +232,7 @@ def split(z: torch.Tensor):
 
     Bits are bits: NaN payloads, signed zeros and denormals come through unchanged.
     """
-    if through_bits(z.dtype, z.device):
-        bits = aten.view.dtype(z, torch.int64)
-        re = aten.view.dtype(bits.to(torch.int32), torch.float32)
-        im = aten.view.dtype((bits >> 32).to(torch.int32), torch.float32)
-        return re, im
-    planes = aten.view_as_real(z)
-    return aten.select(planes, -1, 0), aten.select(planes, -1, 1)
+    return _parts(storage_view(z))
 
 
 def join(re: torch.Tensor, im: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -312,14 +306,22 @@ def storage_view(z: torch.Tensor) -> torch.Tensor:
     return aten.view_as_real(z)
 
 
-def from_storage(view: torch.Tensor, dtype: torch.dtype) -> Pair:
-    """The pair of complex ``dtype`` held in ``view`` (what :func:`storage_view` made), with the
-    complex tensor over the same memory as its source."""
+def _parts(view: torch.Tensor):
+    """The real and imaginary parts held in a :func:`storage_view` (see :func:`split`)."""
     if view.dtype == torch.int64:
         re = aten.view.dtype(view.to(torch.int32), torch.float32)
         im = aten.view.dtype((view >> 32).to(torch.int32), torch.float32)
+        return re, im
+    return aten.select(view, -1, 0), aten.select(view, -1, 1)
+
+
+def from_storage(view: torch.Tensor, dtype: torch.dtype) -> Pair:
+    """The pair of complex ``dtype`` held in ``view`` (what :func:`storage_view` made), with the
+    complex tensor over the same memory as its source."""
+    re, im = _parts(view)
+    if view.dtype == torch.int64:
         return Pair(re, im, dtype, source=lambda: aten.view.dtype(view, dtype))
-    return Pair(aten.select(view, -1, 0), aten.select(view, -1, 1), dtype, source=lambda: aten.view_as_complex(view))
+    return Pair(re, im, dtype, source=lambda: aten.view_as_complex(view))
 
 
 def store(view: torch.Tensor, value: Pair) -> Pair:
