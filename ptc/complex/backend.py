@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import warnings
 from typing import Any, Callable, Dict, Optional
 
@@ -213,8 +214,10 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs) -> Optional[torch.fx.G
         attributes = {}
         for n in gm.graph.nodes:
             if n.op == "get_attr":
-                value = _attribute(gm, n.target)
-                attributes[n.target] = mode.from_tensor(value, static_shapes=True) if isinstance(value, torch.Tensor) else value
+                value = operator.attrgetter(n.target)(gm)
+                if isinstance(value, torch.Tensor):
+                    value = mode.from_tensor(value, static_shapes=True)
+                attributes[n.target] = value
         traced_gm = gm
         if attributes:  # a module of the same graph (copied: a graph belongs to one module) over the fakes
             graph = torch.fx.Graph()
@@ -225,13 +228,6 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs) -> Optional[torch.fx.G
             return make_fx(traced_gm, tracing_mode="real")(*args)
     except Exception:  # noqa: BLE001 - anything Dynamo can run but make_fx cannot: compile it
         return None
-
-
-def _attribute(gm: torch.fx.GraphModule, target: str):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
@@ -346,12 +342,11 @@ class ComplexBackend:
 
     def _inner_rewritten(self, inner_compile, gm, example_inputs, **kwargs):
         stored = stored_inputs(gm)
-        new_gm = rewrite(gm, example_inputs, decompositions=decompositions(), report=self.report, stored=stored)
-        rewritten = new_gm is not gm  # else nothing complex in it
-        if rewritten and stored:
-            inputs = _storage_views(example_inputs, stored)
-            return _TakingStorageViews(self._compile(inner_compile, new_gm, inputs, rewritten, **kwargs), stored)
-        return self._compile(inner_compile, new_gm, example_inputs, rewritten, **kwargs)
+        inputs = _storage_views(example_inputs, stored) if stored else example_inputs
+        new_gm = rewrite(gm, inputs, decompositions=decompositions(), report=self.report, stored=stored)
+        rewritten = new_gm is not gm  # else nothing complex in it (then nothing is stored either)
+        compiled = self._compile(inner_compile, new_gm, inputs, rewritten, **kwargs)
+        return _TakingStorageViews(compiled, stored) if stored else compiled
 
     def _compile(self, inner_compile, new_gm, example_inputs, rewritten: bool, **kwargs):
         """Inductor's compile of one AOT graph, with ptc's code generation (and, for a graph the

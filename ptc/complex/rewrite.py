@@ -38,7 +38,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ptc.complex import rules as _rules
-from ptc.complex.pair import Pair, from_storage, is_paired, join, real_dtype, storage_view, store
+from ptc.complex.pair import Pair, from_storage, is_paired, join, real_dtype, store
 from torch._subclasses.fake_tensor import FakeTensor
 
 aten = torch.ops.aten
@@ -506,8 +506,8 @@ def rewrite(
     ``decompositions`` is applied to the real ops the rules emit (the table the
     graph itself was traced with). A graph without complex values is returned as is.
     ``stored`` (from :func:`stored_inputs`): inputs the new graph takes as their
-    real storage view instead (``storage_view(z)`` where ``gm`` took ``z``); the
-    caller passes those.
+    real storage view instead (``storage_view(z)`` where ``gm`` took ``z``); at those
+    positions ``example_inputs`` already holds the views, and so will the caller's calls.
     """
     if not has_complex(gm):
         return gm
@@ -517,18 +517,17 @@ def rewrite(
     fake_mode = detect_fake_mode(example_inputs)
     interp = _PairInterpreter(gm, own, fake_mode)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    inputs = list(example_inputs)
-    with fake_mode or contextlib.nullcontext():
-        for i in stored:
-            interp.stored_dtypes[placeholders[i].name] = inputs[i].dtype
-            inputs[i] = storage_view(inputs[i])
+    for i in stored:
+        interp.stored_dtypes[placeholders[i].name] = placeholders[i].meta["val"].dtype
 
     def run(*args):
         return interp.run(*args)
 
     tracing_mode = "real"
     with fx_traceback.preserve_node_meta(), (fake_mode or contextlib.nullcontext()):
-        new_gm = make_fx(run, decomposition_table=dict(decompositions or {}), tracing_mode=tracing_mode)(*inputs)
+        new_gm = make_fx(run, decomposition_table=dict(decompositions or {}), tracing_mode=tracing_mode)(
+            *example_inputs
+        )
     new_gm.graph.eliminate_dead_code()
     new_gm.recompile()
     new_gm.meta.update(getattr(gm, "meta", {}))

@@ -570,7 +570,7 @@ def test_a_grow_announced_during_an_allreduce_lets_it_complete(coordinator):
             time.sleep(0.005)
         assert one._waiters, "member 1 never entered its allreduce"
         one._link.announced = Generation(number=one.generation.number + 1, members=(0, 1, 7), joined=(7,))
-        one._wake_waiters()
+        one._news_arrived()
         time.sleep(0.05)
         groups[0].allreduce(torch.ones(2))
         t.join(10)
@@ -701,12 +701,12 @@ def test_a_slow_collective_switches_to_the_abortable_wait():
     work = _Work(after=None)  # never completes: a peer died, this rank is not its neighbour
     group = _bare_group(work)
     timer = threading.Timer(slow, lambda: (setattr(group._link, "announced", Generation(number=2, members=(0,), failed=(1,))),
-                                           group._wake_waiters()))  # fmt: skip
+                                           group._news_arrived()))  # fmt: skip
     timer.start()
     start = time.monotonic()
     with pytest.raises(PeerFailure, match="aborted, generation 1 was replaced"):
         group._allreduce_owned(torch.ones(1))
-    assert time.monotonic() - start < 0.45  # released by the news (at 0.1 s), not by the poll (at 0.52 s)
+    assert time.monotonic() - start < 0.45  # released by the news (at 0.1 s), at its next 5 ms wait
     assert not group._waiters
 
 

@@ -611,7 +611,7 @@ class FaultTolerantGroup:
         self._join_timeout = float(join_timeout)
         self._connect_timeout = float(connect_timeout)
         self._engine_name = ("native" if _compat.GLOO_RECONFIGURE else "rebuild") if engine == "auto" else engine
-        self._waiters: "set[threading.Event]" = set()
+        self._waiters: "set[object]" = set()  # one token per collective being waited for (_wait_abortable)
         self._news_listeners: List[Any] = []  # weakref.WeakMethod: called on the link thread at every news
         self._waiters_lock = threading.Lock()
         self._subgroups: List[Subgroup] = []
@@ -635,7 +635,7 @@ class FaultTolerantGroup:
     def _connect(self, world_size: Optional[int]) -> _Link:
         return _Link(self._addresses, worker=self.worker_id, world=world_size, job=self.job, secret=self._secret,
                      heartbeat_interval=self._heartbeat_interval, connect_timeout=self._connect_timeout,
-                     on_news=self._wake_waiters, report=self._report, respawn=self._respawn)  # fmt: skip
+                     on_news=self._news_arrived, report=self._report, respawn=self._respawn)  # fmt: skip
 
     def _make_store(self) -> Any:
         import torch.distributed as dist
@@ -708,10 +708,10 @@ class FaultTolerantGroup:
             raise PtcError("the group has no generation yet")
         return self.generation
 
-    def _wake_waiters(self) -> None:
+    def _news_arrived(self) -> None:
+        """On the link thread, at every news: the news listeners, and the recorders' dump when a
+        member failed. (Waits in a collective see the news at their next slice.)"""
         with self._waiters_lock:
-            for event in self._waiters:
-                event.set()
             listeners = [ref() for ref in self._news_listeners]
             self._news_listeners = [ref for ref, fn in zip(self._news_listeners, listeners) if fn is not None]
         for fn in listeners:
@@ -1034,11 +1034,10 @@ class FaultTolerantGroup:
     def _wait_abortable(self, what: str, gen: Generation, work: Any) -> None:
         """Wait for ``work`` until it completes, or until news (a newer generation, fencing, the
         coordinator lost) aborts it: C++ waits of ``ABORTABLE_SLICE`` (see ``FAST_WAIT``), the
-        news checked between them.  The waiter is registered in ``_waiters`` meanwhile (the link thread sets
-        its event on news)."""
-        event = threading.Event()
+        news checked between them.  Registered in ``_waiters`` meanwhile (see :meth:`_release_groups`)."""
+        token = object()
         with self._waiters_lock:
-            self._waiters.add(event)
+            self._waiters.add(token)
         try:
             future = work.get_future()
             limit = time.monotonic() + self._timeout.total_seconds() + 10
@@ -1056,7 +1055,7 @@ class FaultTolerantGroup:
                 raise self._failure(f"{what}: {exc}") from None
         finally:
             with self._waiters_lock:
-                self._waiters.discard(event)
+                self._waiters.discard(token)
 
     def _finishes_anyway(self, gen: Generation, work: Any, future: Any) -> bool:
         """A newer generation was announced while this collective runs. If nobody of ``gen``
