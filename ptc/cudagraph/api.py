@@ -239,8 +239,10 @@ def capture(
         out_spec_box[:] = [out_spec]
         return out
 
+    # make_fx runs ``fn`` for real: on copies, so an ``fn`` that updates its inputs
+    # in place leaves the caller's example tensors as they were
     with torch.no_grad():
-        gm = make_fx(spec_fn)(*flat)
+        gm = make_fx(spec_fn)(*[x.clone() for x in flat])
     program = CapturedProgram(gm, resolved, segments, support, warmup)
     return CapturedFunction(program, spec, out_spec_box[0], len(flat))
 

@@ -24,6 +24,10 @@ Per call, a ``BlockProgram``:
    branches write one set of output buffers allocated before the node;
 3. later calls copy the new inputs into the static buffers and replay.
 
+After each replay, a region input that the region updates in place (an
+in-place op or ``out=`` on it or on a view of it) is copied from its static
+buffer back into the caller's tensor, as eager would have updated it.
+
 The graph is anything with the ``SimGraph`` / ``CudaGraph`` interface.
 """
 
@@ -261,6 +265,7 @@ class Region:
     graph: Any = None
     static_inputs: List[torch.Tensor] = field(default_factory=list)
     static_outputs: List[Any] = field(default_factory=list)
+    updated: List[int] = field(default_factory=list)  # positions in ``inputs`` written in place
 
 
 class BlockProgram:
@@ -312,6 +317,8 @@ class BlockProgram:
                         region.inputs.append(u)
                 defined += _step_defs(step)
             region.outputs = [d for d in defined if d in after]
+            written = _written_roots(region.steps)
+            region.updated = [k for k, node in enumerate(region.inputs) if node in written]
         return regions
 
     def _host_programs(self, step: Step) -> Optional[Dict[str, "BlockProgram"]]:
@@ -382,6 +389,7 @@ class BlockProgram:
         region.graph = graph
         region.static_outputs = [local[o] for o in region.outputs]
         graph.replay()  # capture executes nothing that counts: run it now
+        _update_callers_inputs(region, env)
         env.update(zip(region.outputs, region.static_outputs))
 
     def _replay(self, region: Region, env: Dict[fx.Node, Any]) -> None:
@@ -398,7 +406,57 @@ class BlockProgram:
                 if value is not static:
                     static.copy_(value)
         region.graph.replay()
+        _update_callers_inputs(region, env)
         env.update(zip(region.outputs, region.static_outputs))
+
+
+def _update_callers_inputs(region: Region, env: Dict[fx.Node, Any]) -> None:
+    """Copy each input the region updated in place from its static buffer into the
+    caller's tensor (a parameter is its own static buffer)."""
+    for k in region.updated:
+        static, value = region.static_inputs[k], env[region.inputs[k]]
+        if value is not static:
+            with torch.no_grad():
+                value.copy_(static)
+
+
+def _written_roots(steps: Sequence[Step]) -> set:
+    """The nodes that ``steps`` update in place: the tensor an in-place or ``out=`` op
+    writes, traced back through views and earlier in-place results to the node that
+    made it. (Loop and cond bodies cannot update their operands.)"""
+    roots = set()
+    for step in steps:
+        if not isinstance(step, Segment):
+            continue
+        for node in step.nodes:
+            schema = getattr(node.target, "_schema", None)
+            if node.op != "call_function" or schema is None:
+                continue
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    value = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
+                    if isinstance(value, fx.Node):
+                        roots.add(_alias_root(value))
+    return roots
+
+
+def _alias_root(node: fx.Node) -> fx.Node:
+    """The node whose memory ``node`` is: through views (``select``, ``slice``,
+    ``view``) and the results of in-place / ``out=`` ops, to the node that allocated it."""
+    while node.op == "call_function" and getattr(node.target, "_schema", None) is not None:
+        schema = node.target._schema
+        if not schema.returns or schema.returns[0].alias_info is None:
+            break
+        sets = schema.returns[0].alias_info.before_set
+        source = None
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.before_set & sets:
+                source = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
+                break
+        if not isinstance(source, fx.Node):
+            break
+        node = source
+    return node
 
 
 def _is_static_by_address(value: Any) -> bool:

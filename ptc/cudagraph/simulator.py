@@ -22,7 +22,9 @@ unchanged in CI:
 Ops run for real during capture (the simulator needs their output shapes), but
 right after capture every buffer the graph allocated is *poisoned* (NaN, or
 -7777 for integers), so a result that was not recomputed by ``replay()`` shows
-up as wrong. Buffers allocated during capture form the graph's private pool
+up as wrong, and every tensor that existed before the capture and was written
+during it (an input updated in place) gets its old values back: a CUDA capture
+executes nothing, so only ``replay()`` may change them. Buffers allocated during capture form the graph's private pool
 (``pool``); ``replay()`` allocates nothing that outlives it.
 """
 
@@ -129,6 +131,20 @@ def _is_view_or_inplace(func: torch._ops.OpOverload) -> List[bool]:
     return [r.alias_info is not None for r in func._schema.returns]
 
 
+def _written_arguments(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> List[Any]:
+    """(schema argument, value) of each tensor argument ``func`` writes (``self`` of
+    an in-place op, ``out=``)."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None)
+        for t in pytree.tree_leaves(value):
+            if isinstance(t, torch.Tensor):
+                written.append((arg, t))
+    return written
+
+
 def _poison(t: torch.Tensor) -> None:
     with torch.no_grad():
         if t.dtype.is_floating_point or t.dtype.is_complex:
@@ -167,6 +183,8 @@ class StreamCaptureSim(TorchDispatchMode):
                 f"{func} draws random numbers inside a conditional node: RNG within "
                 "data-dependent conditional nodes is not supported by CUDA graphs"
             )
+        for arg, value in _written_arguments(func, args, kwargs):
+            g._keep(value)
         result = func(*args, **kwargs)
         flat = pytree.tree_leaves(result)
         aliases = _is_view_or_inplace(func)
@@ -210,6 +228,7 @@ class SimGraph:
         self.replays = 0
         self._mode: Optional[StreamCaptureSim] = None
         self._captured = False
+        self._kept: List[Any] = []  # (tensor, its values before the capture wrote into it)
 
     # --- capture ---------------------------------------------------------------
     @property
@@ -238,8 +257,26 @@ class SimGraph:
             self._mode = None
             self._stack = []
             self._captured = True
+            self._restore_kept()
         for t in self.pool:
             _poison(t)
+
+    def _keep(self, t: torch.Tensor) -> None:
+        """Before the capture first writes into ``t``: remember its values, unless the
+        graph allocated ``t`` (its buffers are the graph's own)."""
+        storage = t.untyped_storage().data_ptr()
+        if any(p.untyped_storage().data_ptr() == storage for p in self.pool):
+            return
+        if any(k is t for k, _ in self._kept):
+            return
+        with self._paused():
+            self._kept.append((t, t.clone()))
+
+    def _restore_kept(self) -> None:
+        with torch.no_grad():
+            for t, old in reversed(self._kept):
+                t.copy_(old)
+        self._kept = []
 
     def _require_capture(self, what: str) -> None:
         if not self.capturing:
@@ -261,6 +298,9 @@ class SimGraph:
         (Inductor-compiled code, whose kernels bypass the dispatcher) as one kernel."""
         if not self.capturing or not opaque:
             return fn(*args)
+        for a in args:  # compiled code may write into any of them, unseen by the dispatcher
+            if isinstance(a, torch.Tensor):
+                self._keep(a)
         with self._paused():
             result = fn(*args)
         in_storages = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
