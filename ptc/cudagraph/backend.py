@@ -31,6 +31,19 @@ __all__ = ["ptc_cudagraphs", "make_backend", "PtcCudagraphsBackend"]
 log = logging.getLogger("ptc.cudagraph")
 
 
+#: graphs kept per compiled forward graph, one per input signature (see ``input_signature``)
+SIGNATURES_KEPT = 8
+
+
+def input_signature(args: Sequence[Any]) -> tuple:
+    """What a captured graph is specialised to: each tensor's sizes, strides, dtype and
+    device, and each other input's value (a ``SymInt`` arrives as a Python int)."""
+    return tuple(
+        (tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a)
+        for a in args
+    )
+
+
 class PtcCudagraphsBackend:
     """A Dynamo backend (a callable ``(gm, example_inputs) -> compiled``)."""
 
@@ -62,13 +75,28 @@ class PtcCudagraphsBackend:
             log.info("ptc_cudagraphs: inputs are not on a CUDA device; the plan runs un-graphed")
 
         def forward_compiler(fw: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
-            program = CapturedProgram(
-                fw, executor, self.segments, self.support, self.warmup, clone_outputs=True
-            )
-            self.programs.append(program)
+            # A graph is specialised to its inputs' sizes, strides and Python numbers, which
+            # vary between calls of a dynamic graph: one program per signature (LRU-bounded).
+            programs: "collections.OrderedDict[tuple, CapturedProgram]" = collections.OrderedDict()
+
+            def program_for(args: Sequence[Any]) -> CapturedProgram:
+                key = input_signature(args)
+                program = programs.get(key)
+                if program is None:
+                    if programs:
+                        log.info("ptc_cudagraphs: new input sizes, strides or numbers; capturing a new graph")
+                    program = CapturedProgram(
+                        fw, executor, self.segments, self.support, self.warmup, clone_outputs=True
+                    )
+                    self.programs.append(program)
+                    programs[key] = program
+                    if len(programs) > SIGNATURES_KEPT:
+                        programs.popitem(last=False)
+                programs.move_to_end(key)
+                return program
 
             def run(args: List[Any]) -> Any:
-                outs = program(*args)
+                outs = program_for(args)(*args)
                 args.clear()
                 return outs
 

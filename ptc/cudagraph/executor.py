@@ -266,6 +266,7 @@ class Region:
     static_inputs: List[torch.Tensor] = field(default_factory=list)
     static_outputs: List[Any] = field(default_factory=list)
     updated: List[int] = field(default_factory=list)  # positions in ``inputs`` written in place
+    addresses: List[Optional[int]] = field(default_factory=list)  # a parameter's data_ptr at capture
 
 
 class BlockProgram:
@@ -382,6 +383,7 @@ class BlockProgram:
         # cudagraph trees do: copying weights on every replay would cost more than
         # the graph saves. Everything else gets a static buffer the replay copies into.
         region.static_inputs = [_static_copy(env[i]) for i in region.inputs]
+        region.addresses = [s.data_ptr() if _is_static_by_address(s) else None for s in region.static_inputs]
         local = dict(zip(region.inputs, region.static_inputs))
         with graph.capture():
             for step in region.steps:
@@ -393,10 +395,11 @@ class BlockProgram:
         env.update(zip(region.outputs, region.static_outputs))
 
     def _replay(self, region: Region, env: Dict[fx.Node, Any]) -> None:
-        for node, static in zip(region.inputs, region.static_inputs):
+        for node, static, address in zip(region.inputs, region.static_inputs, region.addresses):
             value = env[node]
             if _is_static_by_address(static):
-                if value is not static:  # a new parameter object: capture again
+                # a new parameter object, or new memory behind the same one (``p.data = t``)
+                if value is not static or value.data_ptr() != address:
                     log.info("ptc.cudagraph: parameter %s was replaced; capturing again", node.name)
                     region.graph = None
                     self._capture(region, env)
@@ -404,7 +407,7 @@ class BlockProgram:
             elif isinstance(static, torch.Tensor):
                 _check_same_meta(node, static, value)
                 if value is not static:
-                    static.copy_(value)
+                    _copy_into(static, value)
         region.graph.replay()
         _update_callers_inputs(region, env)
         env.update(zip(region.outputs, region.static_outputs))
@@ -464,9 +467,34 @@ def _is_static_by_address(value: Any) -> bool:
 
 
 def _static_copy(value: Any) -> Any:
-    if _is_static_by_address(value):
+    """The buffer a graph reads ``value`` from: a copy with ``value``'s strides (the
+    graph's compiled segments were built for them), a stride-0 (expanded) dimension
+    kept as one; a parameter is read where it lives."""
+    if _is_static_by_address(value) or not isinstance(value, torch.Tensor):
         return value
-    return value.clone() if isinstance(value, torch.Tensor) else value
+    static = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+    _copy_into(static, value)
+    return static
+
+
+def _copy_into(static: torch.Tensor, value: torch.Tensor) -> None:
+    """``static.copy_(value)``; along a dimension ``static`` expands (stride 0) only the
+    first element is written (its memory is one element), so ``value`` must be expanded
+    there too."""
+    expanded = [d for d, (n, st) in enumerate(zip(static.shape, static.stride())) if st == 0 and n > 1]
+    if not expanded:
+        static.copy_(value)
+        return
+    if any(value.stride(d) != 0 for d in expanded):
+        from ptc.errors import PtcValueError
+
+        raise PtcValueError(
+            f"captured graph input was captured expanded (stride 0) along dims {expanded}, got a "
+            f"tensor with strides {value.stride()}; a captured program is specialised to its "
+            "inputs' layouts (capture again, or pass an expanded tensor)"
+        )
+    part = tuple(slice(0, 1) if d in expanded else slice(None) for d in range(static.dim()))
+    static[part].copy_(value[part])
 
 
 def _check_same_meta(node: fx.Node, static: torch.Tensor, value: Any) -> None:

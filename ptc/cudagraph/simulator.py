@@ -264,6 +264,8 @@ class SimGraph:
     def _keep(self, t: torch.Tensor) -> None:
         """Before the capture first writes into ``t``: remember its values, unless the
         graph allocated ``t`` (its buffers are the graph's own)."""
+        if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
+            return  # expanded: nothing can write into it
         storage = t.untyped_storage().data_ptr()
         if any(p.untyped_storage().data_ptr() == storage for p in self.pool):
             return
