@@ -167,13 +167,18 @@ class CapturedProgram:
 
     def _report(self) -> Report:
         notes = []
+        ungraphed = self.program.ungraphed
         if self.executor == "eager":
             notes.append("executor 'eager': no graphs; every loop runs on the host")
+        elif ungraphed:
+            notes.append(f"no graphs: {ungraphed}")
         rep = Report(self.executor, self.support, len(self.plan.segments), notes=notes)
         for step in self.plan.walk():
             if isinstance(step, (Loop, Branch)):
-                captured = step.eligible and self.executor != "eager"
+                captured = step.eligible and self.executor != "eager" and not ungraphed
                 reasons = list(step.reasons)
+                if ungraphed and self.executor != "eager":
+                    reasons.append(ungraphed)
                 if self.executor == "eager" and not reasons:
                     reasons = ["executor 'eager' (inputs not on a CUDA device)"]
                 kind = "while" if isinstance(step, Loop) else "cond"

@@ -41,7 +41,7 @@ import torch
 import torch.fx as fx
 
 from ptc.cudagraph.eligibility import segment_reasons
-from ptc.cudagraph.plan import Block, Branch, Loop, Segment, Step, meta_val, switch_tree
+from ptc.cudagraph.plan import Block, Branch, Constant, Loop, Segment, Step, meta_val, switch_tree
 from ptc.errors import CaptureError
 
 __all__ = ["BlockProgram", "Region", "compile_segments"]
@@ -170,7 +170,7 @@ class _Runner:
                 for k, (leaf, positions) in enumerate(zip(tree.leaves, tree.args)):
                     if k:
                         graph.next_body()
-                    body(leaf, [ops[p] for p in positions])
+                    body(leaf, [p.value if isinstance(p, Constant) else ops[p] for p in positions])
             finally:
                 graph.end_conditional()
         elif graph.support.if_else_nodes:
@@ -288,6 +288,15 @@ class BlockProgram:
         self.runner = runner or _Runner(segment_compiler)
         self.calls = 0
         self.regions = self._regions()
+        #: why every call runs on the host (an update the static buffers cannot express), or ""
+        self.ungraphed = _update_through_outside_view(self.regions)
+        if self.ungraphed and self.graph_factory is not None:
+            log.info("ptc.cudagraph: %s runs un-graphed: %s", block.name, self.ungraphed)
+            self.graph_factory = None
+            self.regions = self._regions()
+        self._updates_inputs = any(r.updated for r in self.regions) or bool(
+            _written_roots(self.block.steps) & set(self.block.placeholders)
+        )
 
     def _regions(self) -> List[Region]:
         regions: List[Region] = []
@@ -349,6 +358,13 @@ class BlockProgram:
         phase = "warmup" if self.calls < self.warmup else "run"
         self.calls += 1
         env: Dict[fx.Node, Any] = dict(zip(self.block.placeholders, args))
+        if phase == "run" and self._updates_inputs and _overlapping(args):
+            # one static buffer per input would split memory the update must share
+            log.info("ptc.cudagraph: %s: inputs share memory and one is updated in place; this call runs on the host", self.block.name)
+            for region in self.regions:
+                for step in region.steps:
+                    self.runner.host_step(step, env, warmup=False)
+            return [_get(env, o) for o in self.block.output]
         for region in self.regions:
             if not region.graphed:
                 self._host(region, env, warmup=phase == "warmup")
@@ -427,38 +443,85 @@ def _written_roots(steps: Sequence[Step]) -> set:
     """The nodes that ``steps`` update in place: the tensor an in-place or ``out=`` op
     writes, traced back through views and earlier in-place results to the node that
     made it. (Loop and cond bodies cannot update their operands.)"""
-    roots = set()
-    for step in steps:
-        if not isinstance(step, Segment):
-            continue
-        for node in step.nodes:
-            schema = getattr(node.target, "_schema", None)
-            if node.op != "call_function" or schema is None:
+    return {
+        _alias_root(value)
+        for step in steps
+        if isinstance(step, Segment)
+        for node in step.nodes
+        for value in _written_arguments(node)
+    }
+
+
+def _overlapping(args: Sequence[Any]) -> bool:
+    """Whether two of the tensor ``args`` share memory (one storage)."""
+    seen = set()
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            ptr = a.untyped_storage().data_ptr()
+            if ptr in seen and ptr != 0:
+                return True
+            seen.add(ptr)
+    return False
+
+
+def _update_through_outside_view(regions: Sequence[Region]) -> str:
+    """A region's in-place update of a view made outside the region (``v = x[1:]`` in one
+    region, ``v.mul_(2)`` in a later one) lands in the region's static copy of ``v``, not
+    in ``x``: the reason such a program runs on the host, or ""."""
+    for region in regions:
+        inputs = set(region.inputs)
+        for step in region.steps:
+            if not isinstance(step, Segment):
                 continue
-            for i, arg in enumerate(schema.arguments):
-                if arg.alias_info is not None and arg.alias_info.is_write:
-                    value = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
-                    if isinstance(value, fx.Node):
-                        roots.add(_alias_root(value))
-    return roots
+            for node in step.nodes:
+                for value in _written_arguments(node):
+                    while value not in inputs:
+                        parent = _alias_parent(value)
+                        if parent is None:
+                            break
+                        value = parent
+                    if value in inputs and _alias_parent(value) is not None:
+                        return (
+                            f"{node.name} updates {value.name} in place, a view made in another part of the "
+                            "graph; captured, the update would reach a copy of it only"
+                        )
+    return ""
+
+
+def _written_arguments(node: fx.Node) -> List[fx.Node]:
+    """The nodes an in-place or ``out=`` op ``node`` writes."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None:
+        return []
+    written = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
+            if isinstance(value, fx.Node):
+                written.append(value)
+    return written
+
+
+def _alias_parent(node: fx.Node) -> Optional[fx.Node]:
+    """The node whose memory ``node`` aliases (a view's base, an in-place op's ``self``,
+    an ``out=`` argument), or None."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    sets = schema.returns[0].alias_info.before_set
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.before_set & sets:
+            source = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
+            return source if isinstance(source, fx.Node) else None
+    return None
 
 
 def _alias_root(node: fx.Node) -> fx.Node:
     """The node whose memory ``node`` is: through views (``select``, ``slice``,
     ``view``) and the results of in-place / ``out=`` ops, to the node that allocated it."""
-    while node.op == "call_function" and getattr(node.target, "_schema", None) is not None:
-        schema = node.target._schema
-        if not schema.returns or schema.returns[0].alias_info is None:
-            break
-        sets = schema.returns[0].alias_info.before_set
-        source = None
-        for i, arg in enumerate(schema.arguments):
-            if arg.alias_info is not None and arg.alias_info.before_set & sets:
-                source = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
-                break
-        if not isinstance(source, fx.Node):
-            break
-        node = source
+    parent = _alias_parent(node)
+    while parent is not None:
+        node, parent = parent, _alias_parent(parent)
     return node
 
 

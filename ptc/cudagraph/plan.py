@@ -301,7 +301,14 @@ class SwitchTree:
     position: int
     thresholds: List[int]
     leaves: List[Block]
-    args: List[List[int]]
+    args: List[List[Any]]  # a position, or a Constant an inner cond passes (a size traced as a number)
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A number an inner cond of a switch tree passes to its branches as an operand."""
+
+    value: Any
 
 
 def switch_tree(branch: Branch) -> Optional[SwitchTree]:
@@ -368,9 +375,9 @@ def _inner_switch(block: Block, mapping: List[int], position: int) -> Optional[t
     if len(calls) != 1 or t is None or calls[0] is not inner.pred:
         return None
     where = {p: mapping[j] for j, p in enumerate(block.placeholders)}
-    if where.get(t[0]) != position or any(o not in where for o in inner.operands):
+    if where.get(t[0]) != position or any(isinstance(o, fx.Node) and o not in where for o in inner.operands):
         return None
     n_out = len(block.output)
     if sorted(inner.results) != list(range(n_out)) or [inner.results[i] for i in range(n_out)] != block.output:
         return None
-    return inner, [where[o] for o in inner.operands]
+    return inner, [where[o] if isinstance(o, fx.Node) else Constant(o) for o in inner.operands]

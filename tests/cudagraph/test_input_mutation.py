@@ -108,3 +108,42 @@ def test_simulated_capture_runs_nothing_on_tensors_it_did_not_allocate():
     g.replay()
     torch.testing.assert_close(a, torch.full((3,), 2.0))
     torch.testing.assert_close(b, torch.full((3,), 4.0))
+
+
+def bump_first_read_second(a, b, n):
+    a.add_(1)
+    i0 = torch.zeros((), dtype=torch.int64)
+    return while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * 2), (i0, b.clone()))[1]
+
+
+@pytest.mark.parametrize("segments", ["eager", "inductor"])
+@pytest.mark.parametrize("shared", ["same tensor", "overlapping views"])
+def test_inputs_sharing_memory_see_each_others_updates(shared, segments):
+    def args(k):
+        x = torch.full((4,), float(k))
+        return (x, x) if shared == "same tensor" else (x[:3], x[1:])
+
+    cf = capture(bump_first_read_second, *args(0), T(1), executor="sim", segments=segments)
+    for k in range(4):
+        mine, ref = args(k), args(k)
+        torch.testing.assert_close(cf(*mine, T(1)), bump_first_read_second(*ref, T(1)), msg=f"call {k}")
+        torch.testing.assert_close(mine[0], ref[0])
+
+
+def update_view_after_host_loop(x, n):
+    v = x[1:]
+    i0 = torch.zeros((), dtype=torch.int64)
+    # RNG in the body keeps this loop on the host, so v is made in another graph than its update
+    y = while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y + torch.rand(()) * 0), (i0, v * 1))[1]
+    v.mul_(2)
+    return y + x.sum()
+
+
+def test_an_update_through_a_view_made_in_another_graph_runs_on_the_host():
+    cf = capture(update_view_after_host_loop, torch.ones(3), T(1), executor="sim", segments="eager")
+    for k in range(4):
+        a, b = torch.full((3,), k + 1.0), torch.full((3,), k + 1.0)
+        torch.testing.assert_close(cf(a, T(1)), update_view_after_host_loop(b, T(1)))
+        torch.testing.assert_close(a, b)
+    assert cf.graphs == []
+    assert "a view made in another part of the graph" in cf.report.format()

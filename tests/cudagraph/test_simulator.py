@@ -262,3 +262,16 @@ def test_cond_tree_on_two_indices_is_not_a_switch(x4):
             torch.testing.assert_close(cf(T(i), T(j), x4), f(T(i), T(j), x4))
     counts = _single_graph(cf).counts()
     assert counts["switch"] == 0 and counts["if"] == 2
+
+
+def test_switch_node_after_an_eager_while_loop(x4):
+    """torch runs an eager while_loop through Dynamo; a later trace of ptc.switch then passes
+    a size to the inner conds as a number operand: still one SWITCH node."""
+    torch._dynamo.reset()
+    P.counted(x4, T(2))  # an eager while_loop call
+    cf = captured(P.switch_in_while, x4, T(3), T(0))
+    for n, k in [(3, 0), (4, -3), (2, 1)]:
+        torch.testing.assert_close(cf(x4, T(n), T(k)), P.switch_in_while(x4, T(n), T(k)))
+    counts = _single_graph(cf).counts()
+    assert counts["switch"] == 1 and counts["if"] == 0
+    torch._dynamo.reset()
