@@ -9,9 +9,11 @@ same ``CapturedProgram`` from AOTAutograd's forward graph.
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 import torch.fx as fx
@@ -244,12 +246,32 @@ def capture(
         out_spec_box[:] = [out_spec]
         return out
 
-    # make_fx runs ``fn`` for real: on copies, so an ``fn`` that updates its inputs
-    # in place leaves the caller's example tensors as they were
-    with torch.no_grad():
+    # make_fx runs ``fn`` for real: on copies of the inputs; the random numbers it draws and
+    # the parameters and buffers of the module it is (or is a method of) are put back
+    with torch.no_grad(), _state_kept(fn):
         gm = make_fx(spec_fn)(*[x.clone() for x in flat])
     program = CapturedProgram(gm, resolved, segments, support, warmup)
     return CapturedFunction(program, spec, out_spec_box[0], len(flat))
+
+
+@contextlib.contextmanager
+def _state_kept(fn: Callable[..., Any]) -> Iterator[None]:
+    """Put back, after the block, the CPU random number generator's state and the values of
+    the parameters and buffers of ``fn``'s module (``fn`` itself, or the object of a bound
+    method), e.g. BatchNorm's running statistics in training mode."""
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    state = []
+    if isinstance(module, torch.nn.Module):
+        state = [(t, t.detach().clone()) for t in itertools.chain(module.parameters(), module.buffers())]
+    rng = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            for t, old in state:
+                if not torch.equal(t, old):
+                    t.copy_(old)
 
 
 class CapturedFunction:

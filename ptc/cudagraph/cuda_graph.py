@@ -166,7 +166,9 @@ class CudaGraph:
                 ) from e
             raise
 
-    def launch(self, fn: Callable[..., Any], args: Sequence[Any], opaque: bool = False) -> Any:
+    def launch(
+        self, fn: Callable[..., Any], args: Sequence[Any], opaque: bool = False, reads: Sequence[Any] = ()
+    ) -> Any:
         return fn(*args)
 
     def begin_while(self, pred: torch.Tensor) -> None:

@@ -34,6 +34,7 @@ The graph is anything with the ``SimGraph`` / ``CudaGraph`` interface.
 from __future__ import annotations
 
 import logging
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -68,7 +69,7 @@ class _Runner:
 
     def call_segment(self, seg: Segment, args: Sequence[Any], graph: Any = None) -> List[Any]:
         if graph is not None:
-            return _as_list(graph.launch(seg.fn, args, opaque=seg.compiled))
+            return _as_list(graph.launch(seg.fn, args, opaque=seg.compiled, reads=_held_tensors(seg.module)))
         if self.segment_compiler is not None and not seg.compiled:
             self.segment_compiler(seg, args)
         return _as_list(seg.fn(*args))
@@ -450,6 +451,17 @@ def _written_roots(steps: Sequence[Step]) -> set:
         for node in step.nodes
         for value in _written_arguments(node)
     }
+
+
+def _held_tensors(module: fx.GraphModule) -> List[torch.Tensor]:
+    """The tensors a segment reads from its module (parameters, buffers, constants)."""
+    held = []
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            value = operator.attrgetter(node.target)(module)
+            if isinstance(value, torch.Tensor):
+                held.append(value)
+    return held
 
 
 def _overlapping(args: Sequence[Any]) -> bool:

@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ptc.cudagraph.eligibility import Support
 from ptc.errors import CaptureError
 
-__all__ = ["SimGraph", "Kernel", "SetHandle", "Conditional", "StreamCaptureSim"]
+__all__ = ["SimGraph", "Kernel", "SetHandle", "Conditional", "StreamCaptureSim", "WriteJournal"]
 
 _HOST_READS = {
     "aten::_local_scalar_dense",
@@ -145,14 +145,75 @@ def _written_arguments(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -
     return written
 
 
+#: ops that write into arguments their schema does not mark as written: (op, positions)
+_UNMARKED_WRITES = {
+    "aten::native_batch_norm": (3, 4),  # running_mean, running_var in training
+    "aten::cudnn_batch_norm": (3, 4),
+    "aten::miopen_batch_norm": (3, 4),
+}
+
+
 def _poison(t: torch.Tensor) -> None:
     with torch.no_grad():
         if t.dtype.is_floating_point or t.dtype.is_complex:
             t.fill_(float("nan"))
         elif t.dtype == torch.bool:
             t.fill_(True)
-        else:
-            t.fill_(-7777)
+        else:  # -7777 where it fits (int16 and wider), else the type's extreme
+            info = torch.iinfo(t.dtype)
+            t.fill_(-7777 if info.min <= -7777 else (info.min if info.min < 0 else info.max))
+
+
+class WriteJournal:
+    """Remembers the values of tensors that existed before it started, as ops first write
+    into them, so ``restore()`` can put them back: what a CUDA capture (which executes
+    nothing) or a trace must leave as it found. A tensor whose storage ``made`` holds
+    (allocated since) is not remembered."""
+
+    def __init__(self) -> None:
+        self.made: set = set()  # storage data_ptrs allocated since the journal started
+        self._kept: List[Any] = []  # (tensor, its values before the first write)
+
+    def before_op(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
+        """Remember every tensor ``func`` is about to write."""
+        for _, value in _written_arguments(func, args, kwargs):
+            self.keep(value)
+        for i in _UNMARKED_WRITES.get(func._schema.name, ()):
+            if i < len(args) and isinstance(args[i], torch.Tensor):
+                self.keep(args[i])
+
+    def after_op(self, func: torch._ops.OpOverload, result: Any) -> None:
+        """Note the storages ``func`` allocated (results that alias no argument)."""
+        aliases = _is_view_or_inplace(func)
+        for i, t in enumerate(pytree.tree_leaves(result)):
+            if _is_real(t) and not (aliases[i] if i < len(aliases) else False):
+                self.made.add(t.untyped_storage().data_ptr())
+
+    def keep(self, t: torch.Tensor) -> None:
+        if not _is_real(t):
+            return  # a fake tensor of a trace inside the block: no memory to restore
+        if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
+            return  # expanded: nothing can write into it
+        if t.untyped_storage().data_ptr() in self.made or any(k is t for k, _ in self._kept):
+            return
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            self._kept.append((t, t.clone()))
+
+    def restore(self) -> None:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with torch.no_grad(), _disable_current_modes():
+            for t, old in reversed(self._kept):
+                t.copy_(old)
+        self._kept = []
+
+
+def _is_real(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return isinstance(t, torch.Tensor) and not is_fake(t) and not t.is_meta
 
 
 class StreamCaptureSim(TorchDispatchMode):
@@ -183,9 +244,10 @@ class StreamCaptureSim(TorchDispatchMode):
                 f"{func} draws random numbers inside a conditional node: RNG within "
                 "data-dependent conditional nodes is not supported by CUDA graphs"
             )
-        for arg, value in _written_arguments(func, args, kwargs):
-            g._keep(value)
+        g.journal.before_op(func, args, kwargs)
         result = func(*args, **kwargs)
+        if torch.Tag.inplace_view in func.tags:
+            return result  # squeeze_, unsqueeze_, t_: metadata on the host, no kernel
         flat = pytree.tree_leaves(result)
         aliases = _is_view_or_inplace(func)
         if all(aliases) and not any(
@@ -196,8 +258,10 @@ class StreamCaptureSim(TorchDispatchMode):
         for i, t in enumerate(flat):
             aliased = aliases[i] if i < len(aliases) else False
             if isinstance(t, torch.Tensor) and not aliased:
-                outs.append(t)
-                g.pool.append(t)
+                # its own view: a later squeeze_ / unsqueeze_ of ``t`` must not change where,
+                # and in which shape, the replay writes this kernel's result
+                outs.append(t.as_strided(t.size(), t.stride(), t.storage_offset()))
+                g._allocated(t)
             else:
                 outs.append(None)
         g._record(Kernel(str(func), func, args, kwargs, outs))
@@ -228,7 +292,7 @@ class SimGraph:
         self.replays = 0
         self._mode: Optional[StreamCaptureSim] = None
         self._captured = False
-        self._kept: List[Any] = []  # (tensor, its values before the capture wrote into it)
+        self.journal = WriteJournal()  # what the capture wrote into tensors it did not allocate
 
     # --- capture ---------------------------------------------------------------
     @property
@@ -245,6 +309,7 @@ class SimGraph:
             raise CaptureError("SimGraph.capture: this graph was already captured; make a new one")
         self._stack = [self.nodes]
         self._mode = StreamCaptureSim(self)
+        rng = torch.get_rng_state()  # a CUDA capture draws no numbers; the replays do
         try:
             with self._mode:
                 yield self
@@ -257,28 +322,15 @@ class SimGraph:
             self._mode = None
             self._stack = []
             self._captured = True
-            self._restore_kept()
+            self.journal.restore()
+            torch.set_rng_state(rng)
         for t in self.pool:
             _poison(t)
 
-    def _keep(self, t: torch.Tensor) -> None:
-        """Before the capture first writes into ``t``: remember its values, unless the
-        graph allocated ``t`` (its buffers are the graph's own)."""
-        if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
-            return  # expanded: nothing can write into it
-        storage = t.untyped_storage().data_ptr()
-        if any(p.untyped_storage().data_ptr() == storage for p in self.pool):
-            return
-        if any(k is t for k, _ in self._kept):
-            return
-        with self._paused():
-            self._kept.append((t, t.clone()))
-
-    def _restore_kept(self) -> None:
-        with torch.no_grad():
-            for t, old in reversed(self._kept):
-                t.copy_(old)
-        self._kept = []
+    def _allocated(self, t: torch.Tensor) -> None:
+        """``t`` was allocated during the capture: a buffer of the graph's pool."""
+        self.pool.append(t)
+        self.journal.made.add(t.untyped_storage().data_ptr())
 
     def _require_capture(self, what: str) -> None:
         if not self.capturing:
@@ -295,22 +347,25 @@ class SimGraph:
         with _disable_current_modes():
             yield
 
-    def launch(self, fn: Callable[..., Any], args: Sequence[Any], opaque: bool = False) -> Any:
+    def launch(
+        self, fn: Callable[..., Any], args: Sequence[Any], opaque: bool = False, reads: Sequence[torch.Tensor] = ()
+    ) -> Any:
         """Run a segment. Eager segments are recorded op by op; ``opaque`` ones
-        (Inductor-compiled code, whose kernels bypass the dispatcher) as one kernel."""
+        (Inductor-compiled code, whose kernels bypass the dispatcher) as one kernel.
+        ``reads``: tensors the segment holds besides its arguments (a module's buffers)."""
         if not self.capturing or not opaque:
             return fn(*args)
-        for a in args:  # compiled code may write into any of them, unseen by the dispatcher
-            if isinstance(a, torch.Tensor):
-                self._keep(a)
+        held = [a for a in list(args) + list(reads) if isinstance(a, torch.Tensor)]
+        for a in held:  # compiled code may write into any of them, unseen by the dispatcher
+            self.journal.keep(a)
         with self._paused():
             result = fn(*args)
-        in_storages = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        in_storages = {a.untyped_storage().data_ptr() for a in held}
         outs: List[Optional[torch.Tensor]] = []
         for t in pytree.tree_leaves(result):
             if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in in_storages:
                 outs.append(t)
-                self.pool.append(t)
+                self._allocated(t)
             else:
                 outs.append(None)
         self._record(Kernel(getattr(fn, "__name__", "segment"), fn, tuple(args), {}, outs))

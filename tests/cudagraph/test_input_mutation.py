@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
-import ptc.cudagraph as cg
 from ptc.cudagraph import capture, make_backend
 
 T = torch.tensor
