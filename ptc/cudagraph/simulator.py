@@ -165,10 +165,9 @@ def _poison(t: torch.Tensor) -> None:
 
 
 class WriteJournal:
-    """Remembers the values of tensors that existed before it started, as ops first write
-    into them, so ``restore()`` can put them back: what a CUDA capture (which executes
-    nothing) or a trace must leave as it found. A tensor whose storage ``made`` holds
-    (allocated since) is not remembered."""
+    """Remembers the values of tensors that existed before a capture started, as ops first
+    write into them, so ``restore()`` can put them back: a CUDA capture executes nothing.
+    A tensor whose storage ``made`` holds (allocated during the capture) is not remembered."""
 
     def __init__(self) -> None:
         self.made: set = set()  # storage data_ptrs allocated since the journal started
@@ -181,13 +180,6 @@ class WriteJournal:
         for i in _UNMARKED_WRITES.get(func._schema.name, ()):
             if i < len(args) and isinstance(args[i], torch.Tensor):
                 self.keep(args[i])
-
-    def after_op(self, func: torch._ops.OpOverload, result: Any) -> None:
-        """Note the storages ``func`` allocated (results that alias no argument)."""
-        aliases = _is_view_or_inplace(func)
-        for i, t in enumerate(pytree.tree_leaves(result)):
-            if _is_real(t) and not (aliases[i] if i < len(aliases) else False):
-                self.made.add(t.untyped_storage().data_ptr())
 
     def keep(self, t: torch.Tensor) -> None:
         if not _is_real(t):
