@@ -125,14 +125,30 @@ def snapshot_attributes(values: Sequence[Any]) -> List[tuple]:
     dict or list, a copy of its contents.
     """
     out, seen = [], set()
-    for t in values:
-        if not isinstance(t, torch.Tensor) or id(t) in seen:
+    for t in _with_inner_tensors(values):
+        if id(t) in seen:
             continue
         seen.add(id(t))
         attrs = dict(getattr(t, "__dict__", {}))
         contents = {k: v.copy() for k, v in attrs.items() if isinstance(v, (set, dict, list))}
         out.append((t, attrs, contents))
     return out
+
+
+def _with_inner_tensors(values: Sequence[Any]) -> List[torch.Tensor]:
+    """The tensors in ``values`` and, for a tensor subclass that wraps others (``TwoTensor``,
+    ``DTensor``: torch marks those too), the tensors inside it."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    found: List[torch.Tensor] = []
+    stack = [v for v in values if isinstance(v, torch.Tensor)]
+    while stack:
+        t = stack.pop(0)
+        found.append(t)
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()
+            stack += [getattr(t, name) for name in names if isinstance(getattr(t, name, None), torch.Tensor)]
+    return found
 
 
 #: the attributes torch's marking functions and compiled calls set on tensors (besides ``_dynamo_*``)

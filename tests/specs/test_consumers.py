@@ -248,3 +248,25 @@ def test_exported_program_accepts_every_in_spec_size_including_one():
         assert program(torch.ones(b, h), torch.ones(b * h)).shape == (b * h,)
     with pytest.raises(Exception):
         program(torch.ones(2, 2), torch.ones(5))
+
+
+@pytest.mark.parametrize("declared", ["variable", "static"])
+def test_compile_leaves_no_marks_on_the_tensors_inside_a_subclass(declared):
+    """torch's marking functions copy each mark onto the inner tensors of a wrapper subclass."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from ptc.specs import STATIC, Var, dynamic_spec, tensor
+
+    rows = Var("B", min=2, max=64) if declared == "variable" else STATIC
+
+    @dynamic_spec({"x": tensor(rows, 4)})
+    def f(x):
+        return x * 2
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    x = TwoTensor(a, b)
+    before = {name: dict(vars(t)) for name, t in (("x", x), ("x.a", a), ("x.b", b))}
+    torch._dynamo.reset()
+    torch.compile(f, backend="eager", fullgraph=True)(x)
+    after = {name: dict(vars(t)) for name, t in (("x", x), ("x.a", a), ("x.b", b))}
+    assert after == before
