@@ -42,7 +42,18 @@ import torch
 import torch.fx as fx
 
 from ptc.cudagraph.eligibility import segment_reasons
-from ptc.cudagraph.plan import Block, Branch, Constant, Loop, Segment, Step, meta_val, switch_tree
+from ptc.cudagraph.plan import (
+    Block,
+    Branch,
+    Constant,
+    Loop,
+    Segment,
+    Step,
+    aliased_argument,
+    meta_val,
+    switch_tree,
+    written_arguments,
+)
 from ptc.errors import CaptureError
 
 __all__ = ["BlockProgram", "Region", "compile_segments"]
@@ -361,7 +372,10 @@ class BlockProgram:
         env: Dict[fx.Node, Any] = dict(zip(self.block.placeholders, args))
         if phase == "run" and self._updates_inputs and _overlapping(args):
             # one static buffer per input would split memory the update must share
-            log.info("ptc.cudagraph: %s: inputs share memory and one is updated in place; this call runs on the host", self.block.name)
+            log.info(
+                "ptc.cudagraph: %s: inputs share memory and one is updated in place; this call runs on the host",
+                self.block.name,
+            )
             for region in self.regions:
                 for step in region.steps:
                     self.runner.host_step(step, env, warmup=False)
@@ -502,30 +516,18 @@ def _update_through_outside_view(regions: Sequence[Region]) -> str:
 
 def _written_arguments(node: fx.Node) -> List[fx.Node]:
     """The nodes an in-place or ``out=`` op ``node`` writes."""
-    schema = getattr(node.target, "_schema", None)
-    if node.op != "call_function" or schema is None:
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None:
         return []
-    written = []
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
-            if isinstance(value, fx.Node):
-                written.append(value)
-    return written
+    return [v for v in written_arguments(schema, node.args, node.kwargs) if isinstance(v, fx.Node)]
 
 
 def _alias_parent(node: fx.Node) -> Optional[fx.Node]:
     """The node whose memory ``node`` aliases (a view's base, an in-place op's ``self``,
     an ``out=`` argument), or None."""
     schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
-    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
-        return None
-    sets = schema.returns[0].alias_info.before_set
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.before_set & sets:
-            source = node.kwargs.get(arg.name, node.args[i] if i < len(node.args) else None)
-            return source if isinstance(source, fx.Node) else None
-    return None
+    source = aliased_argument(schema, node.args, node.kwargs) if schema is not None else None
+    return source if isinstance(source, fx.Node) else None
 
 
 def _alias_root(node: fx.Node) -> fx.Node:

@@ -31,6 +31,28 @@ from ptc.errors import PtcTypeError
 __all__ = ["Segment", "Loop", "Branch", "Block", "Step", "build_plan", "is_while_loop", "is_cond"]
 
 
+def written_arguments(schema: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
+    """The values an op writes, by its schema: ``self`` of an in-place op, ``out=``
+    (``args`` / ``kwargs`` as the op is called, or as an FX node holds them)."""
+    written = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            written.append(kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None))
+    return written
+
+
+def aliased_argument(schema: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+    """The argument whose memory the op's first result is (a view's base, an in-place op's
+    ``self``, an ``out=`` argument), or None when the result is new memory."""
+    if not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    sets = schema.returns[0].alias_info.before_set
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.before_set & sets:
+            return kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None)
+    return None
+
+
 def is_while_loop(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target is torch.ops.higher_order.while_loop
 

@@ -39,6 +39,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptc.cudagraph.eligibility import Support
+from ptc.cudagraph.plan import written_arguments
 from ptc.errors import CaptureError
 
 __all__ = ["SimGraph", "Kernel", "SetHandle", "Conditional", "StreamCaptureSim", "WriteJournal"]
@@ -131,18 +132,10 @@ def _is_view_or_inplace(func: torch._ops.OpOverload) -> List[bool]:
     return [r.alias_info is not None for r in func._schema.returns]
 
 
-def _written_arguments(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> List[Any]:
-    """(schema argument, value) of each tensor argument ``func`` writes (``self`` of
-    an in-place op, ``out=``)."""
-    written = []
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None)
-        for t in pytree.tree_leaves(value):
-            if isinstance(t, torch.Tensor):
-                written.append((arg, t))
-    return written
+def _written_tensors(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> List[torch.Tensor]:
+    """The tensors ``func`` writes (``self`` of an in-place op, ``out=``)."""
+    values = written_arguments(func._schema, args, kwargs)
+    return [t for v in values for t in pytree.tree_leaves(v) if isinstance(t, torch.Tensor)]
 
 
 #: ops that write into arguments their schema does not mark as written: (op, positions)
@@ -175,8 +168,8 @@ class WriteJournal:
 
     def before_op(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
         """Remember every tensor ``func`` is about to write."""
-        for _, value in _written_arguments(func, args, kwargs):
-            self.keep(value)
+        for t in _written_tensors(func, args, kwargs):
+            self.keep(t)
         for i in _UNMARKED_WRITES.get(func._schema.name, ()):
             if i < len(args) and isinstance(args[i], torch.Tensor):
                 self.keep(args[i])
