@@ -28,7 +28,7 @@ from ptc.distributed.ft import auth as ft_auth
 from ptc.distributed.ft import coordinator as ft_coordinator
 from ptc.distributed.ft import wire as ft_wire
 from ptc.distributed.ft.coordinator import Coordinator
-from ptc.distributed.ft.group import FaultTolerantGroup, MembershipRefused, init_fault_tolerant
+from ptc.distributed.ft.group import FaultTolerantGroup, MembershipRefused, _Link, init_fault_tolerant
 from ptc.errors import EXIT_JOB_FINISHED, CoordinatorUnreachable, JobFinished, PtcValueError
 
 
@@ -215,6 +215,12 @@ def running():
     c.stop()
 
 
+def _link(c: Coordinator, worker: int, *, job: str = "default") -> _Link:
+    """A worker's real link (handshake included) to ``c``."""
+    return _Link([c.address], worker=worker, world=None, job=job, secret=SECRET, heartbeat_interval=0.1,
+                 connect_timeout=5.0, on_news=lambda: None)
+
+
 def _assert_unharmed(c: Coordinator) -> None:
     """Generation 1 of members 0 and 1 stands, the loop lives, and answers a new connection."""
     assert c._thread.is_alive(), "the coordinator's loop died"
@@ -231,8 +237,8 @@ def test_hostile_input_closes_only_that_connection(running, case):
     peer = Peer(c)
     peer.raw(hostile_cases()[case](peer.challenge["nonce"]))
     assert peer.closed_by_coordinator(), f"{case}: connection left open"
-    rejected = [e for e in c.history if e["event"] == "rejected"]
-    assert rejected and rejected[-1]["worker"] is None and rejected[-1]["why"], c.history[-3:]
+    rejected = [e for e in (c.history + list(c.rejections)) if e["event"] == "rejected"]
+    assert rejected and rejected[-1]["worker"] is None and rejected[-1]["why"], (c.history + list(c.rejections))[-3:]
     _assert_unharmed(c)
 
 
@@ -248,7 +254,7 @@ def test_a_joiner_that_sends_an_invalid_message_is_dropped_and_nothing_else_chan
     a.expect("join_pending")
     joiner.send(message)
     assert joiner.closed_by_coordinator()
-    assert [e for e in c.history if e["event"] == "rejected"][-1]["worker"] == 7
+    assert [e for e in (c.history + list(c.rejections)) if e["event"] == "rejected"][-1]["worker"] == 7
     assert 7 not in c._joiners
     _assert_unharmed(c)
 
@@ -288,7 +294,7 @@ def test_connections_without_hello_are_closed_after_the_hello_timeout(running):
     for peer in silent + [mute, partial]:
         assert peer.closed_by_coordinator(timeout=5), "a connection without hello stayed open"
     assert 0.5 < time.monotonic() - started < 4
-    assert any("no hello within hello_timeout = 1 s" in e.get("why", "") for e in c.history)
+    assert any("no hello within hello_timeout = 1 s" in e.get("why", "") for e in (c.history + list(c.rejections)))
     _assert_unharmed(c)
 
 
@@ -302,6 +308,18 @@ def test_connections_without_hello_are_capped_the_oldest_goes_first(running, mon
     assert joiner.expect("welcome")["gen"] == 1
     for p in peers + [joiner]:
         p.close()
+
+
+def test_the_cap_closes_a_connection_of_the_host_holding_the_most():
+    """Over the cap, the oldest waiting connection of the busiest peer host is closed, so a
+    flood from one host does not push out a worker connecting from another."""
+    c = Coordinator(world_size=2, secret=SECRET)
+    try:
+        peers = ["10.0.0.7:5000", "10.0.0.9:4000", "10.0.0.9:4001", "10.0.0.7:5001", "10.0.0.9:4002"]
+        c._pending = {k: types.SimpleNamespace(peer=peer) for k, peer in enumerate(peers)}
+        assert c._eviction_victim().peer == "10.0.0.9:4000"
+    finally:
+        c.stop()
 
 
 def test_a_whole_job_connecting_at_once_is_not_capped(monkeypatch):
@@ -334,10 +352,103 @@ def test_rejections_are_logged_at_a_bounded_rate(running, monkeypatch):
         assert p.closed_by_coordinator()
     windows = int(time.monotonic() - started) + 2  # one-second windows the rejections can span
     time.sleep(1.1)
-    logged = [e for e in c.history[before:] if e["event"] in ("rejected", "rejections_suppressed")]
+    logged = [e for e in c.rejections if e["event"] in ("rejected", "rejections_suppressed")]
     assert c.rejected >= 12
     assert sum(e["event"] == "rejected" for e in logged) <= 3 * windows  # at most 3 a second
     assert sum(e.get("count", 0) for e in logged) + sum(e["event"] == "rejected" for e in logged) == 12
+
+
+
+def test_the_record_of_rejections_is_bounded_and_kept_out_of_the_timeline(running, monkeypatch):
+    """Refused and rejected connections come from peers nobody authenticated: a ring of the
+    last MAX_REJECTIONS_KEPT records with the peer's text cut short, never the timeline."""
+    c, a, b = running
+    monkeypatch.setattr(ft_coordinator, "MAX_REJECTIONS_KEPT", 5)
+    c = _start(hello_timeout=1.0)  # a ring made with the patched size
+    try:
+        before = len(c.history)
+        for k in range(8):
+            p = Peer(c)
+            p.hello(1, job="\U000e0001" * 128 if k % 2 else "other-job")  # refused: another job
+            assert p.closed_by_coordinator()
+        assert len(c.rejections) == 5
+        assert not [e for e in c.history[before:] if e["event"] in ("rejected", "refused", "rejections_suppressed")]
+        texts = [v for e in c.rejections for v in e.values() if isinstance(v, str)]
+        assert texts and max(map(len, texts)) <= ft_coordinator.MAX_REJECTION_TEXT
+    finally:
+        c.stop()
+
+
+def test_a_refusal_fits_the_wire_schema_whatever_the_job_id(running):
+    """A 128-character job id of characters repr() escapes made the coordinator's 'refused'
+    longer than the schema allows: the worker saw a protocol error, not the refusal."""
+    c, a, b = running
+    with pytest.raises(MembershipRefused, match="this coordinator serves job 'default'"):
+        _link(c, 5, job="\U000e0001" * 128)
+    _assert_unharmed(c)
+
+
+def test_a_worker_closed_before_its_welcome_says_hello_again(running, monkeypatch):
+    """The coordinator may close a connection that has its challenge but no hello yet (room
+    made for others under a flood): the worker connects again within connect_timeout."""
+    c, a, b = running
+    real, closed = Coordinator._hello, []
+
+    def evict_first(self, conn, message):
+        if not closed:
+            closed.append(message["worker"])
+            self._reject(conn, "room made for other connections")
+            return
+        real(self, conn, message)
+
+    monkeypatch.setattr(Coordinator, "_hello", evict_first)
+    link = _link(c, 7)
+    try:
+        assert closed == [7] and link.welcome["gen"] == 1
+    finally:
+        link.close()
+
+
+def test_a_log_that_cannot_be_written_stops_no_membership_change(capfd):
+    """A full disk under --log (here /dev/full) and an on_event that raises: the generation
+    still forms and its members hear of it; the failures are reported once on stderr."""
+    def broken(record):
+        raise RuntimeError("a callback's bug")
+
+    c = _start(log="/dev/full", on_event=broken)
+    try:
+        a, b = Peer(c).hello(0, world=2), Peer(c).hello(1, world=2)
+        assert a.expect("gen")["gen"] == 1 and b.expect("gen")["gen"] == 1
+        assert c.generation == 1 and sorted(c._workers) == [0, 1]
+        a.close(), b.close()
+    finally:
+        c.stop()
+    err = capfd.readouterr().err
+    assert err.count("cannot write its log") == 1 and "on_event raised RuntimeError" in err
+
+
+def test_connections_without_hello_do_not_keep_an_idle_coordinator_alive():
+    """serve(exit_when_idle=) ends once no member is left, however many connections that
+    never said hello come and go (the detached coordinator under torchrun relies on it)."""
+    c = Coordinator(world_size=1, heartbeat_timeout=30.0, secret=SECRET, hello_timeout=1.0)
+    thread = threading.Thread(target=c.serve, kwargs={"exit_when_idle": 1.0}, daemon=True)
+    thread.start()
+    held = []
+    try:
+        member = Peer(c).hello(0, world=1)
+        member.expect("gen")
+        member.send({"t": "leave"})
+        member.close()
+        deadline = time.monotonic() + 8
+        while thread.is_alive() and time.monotonic() < deadline:
+            held.append(Peer(c, read_challenge=False))  # one silent connection every 0.3 s
+            time.sleep(0.3)
+        assert not thread.is_alive(), "silent connections kept the idle coordinator serving"
+        assert c.history[-1]["event"] == "coordinator_exit"
+    finally:
+        for p in held:
+            p.close()
+        c.stop()
 
 
 # --- the coordinator in a process of its own: memory and descriptors -------------------

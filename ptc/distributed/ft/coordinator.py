@@ -91,6 +91,7 @@ their own process groups.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import errno
 import json
@@ -113,6 +114,8 @@ MAX_PENDING = 64  # connections that have not completed their hello; a new one c
 ACCEPT_BACKOFF = 0.5  # seconds the listening socket rests after accept() found no descriptor left
 SEND_TIMEOUT = 1.0  # seconds one message may take to leave; a peer that does not read is dropped
 REJECTIONS_LOGGED_PER_S = 20  # refused and rejected connections logged one by one; the rest counted
+MAX_REJECTIONS_KEPT = 1000  # records of refused/rejected connections kept in memory (Coordinator.rejections)
+MAX_REJECTION_TEXT = 200  # characters of a peer-supplied reason kept in a rejection record
 
 _OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
@@ -257,6 +260,10 @@ class Coordinator:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.history: List[Dict[str, Any]] = []
+        # refused/rejected connections come from peers nobody authenticated: their records are kept in a
+        # bounded ring (and written to the log), never in the unbounded history
+        self.rejections: "collections.deque[Dict[str, Any]]" = collections.deque(maxlen=MAX_REJECTIONS_KEPT)
+        self._log_failed = False
         # rebuilding a running job's state (a coordinator started after its predecessor died):
         # worker -> (gen, members, seen) from the reconnecting members' hellos, and the decision's deadline
         self._reports: Dict[int, tuple] = {}
@@ -284,7 +291,10 @@ class Coordinator:
             conn.sock.close()
         self._server.close()
         if self._log is not None:
-            self._log.close()
+            try:
+                self._log.close()
+            except OSError:
+                pass
 
     def serve(self, *, exit_when_idle: Optional[float] = None) -> None:
         """Run the event loop until :meth:`stop` (or, with ``exit_when_idle``,
@@ -314,8 +324,8 @@ class Coordinator:
                 self._next_tick = now + tick
                 self._guarded(self._tick)
             if exit_when_idle is not None:
-                seen_any = seen_any or bool(self._conns)
-                if self._conns or not seen_any:
+                seen_any = seen_any or bool(self._workers)  # registered workers only: a socket that never
+                if self._workers or not seen_any:  # said hello must not keep an idle coordinator alive
                     idle_since = None
                 elif idle_since is None:
                     idle_since = time.monotonic()
@@ -346,8 +356,10 @@ class Coordinator:
             self._event("internal_error", where=where, error=error, worker=conn.worker if conn else None)
             if conn is not None and not conn.closed:
                 self._drop(conn, f"internal error while handling its message: {error}")
-        except Exception:  # noqa: BLE001 - last resort: at least release the connection
+        except Exception:  # noqa: BLE001 - last resort: at least release the connection (and its worker id)
             if conn is not None and not conn.closed:
+                if conn.worker is not None and self._workers.get(conn.worker) is conn:
+                    del self._workers[conn.worker]
                 self._close(conn)
 
     # --- connections ---------------------------------------------------------
@@ -372,10 +384,19 @@ class Coordinator:
         self._selector.register(sock, selectors.EVENT_READ, conn)
         limit = max(MAX_PENDING, self.world_size)  # a whole job may connect at once
         if len(self._pending) > limit:
-            oldest = next(iter(self._pending.values()))
-            self._reject(oldest, f"more than {limit} connections without a hello: the oldest is closed")
+            self._reject(self._eviction_victim(), f"more than {limit} connections without a hello: the oldest "
+                                                  "of the address holding the most is closed")
         challenge = {"t": "challenge", "proto": wire.PROTOCOL, "nonce": conn.nonce, "auth": self.secret is not None}
         self._send(conn, challenge)
+
+    def _eviction_victim(self) -> _Conn:
+        """The oldest pending connection of the peer host with the most pending connections."""
+        counts: Dict[str, int] = {}
+        for conn in self._pending.values():
+            host = conn.peer.rpartition(":")[0]
+            counts[host] = counts.get(host, 0) + 1
+        busiest = max(counts, key=counts.__getitem__)
+        return next(c for c in self._pending.values() if c.peer.rpartition(":")[0] == busiest)
 
     def _pause_accepting(self, exc: OSError) -> None:
         """No descriptor left for a new connection: stop polling the listening socket for
@@ -580,7 +601,7 @@ class Coordinator:
     def _hello(self, conn: _Conn, message: Dict[str, Any]) -> None:
         worker, job = message["worker"], message["job"]
         if job != self.job:
-            self._refuse(conn, f"job {job!r}: this coordinator serves job {self.job!r}")
+            self._refuse(conn, f"job {job[:40]!r}: this coordinator serves job {self.job[:40]!r}")
             return
         if self.secret is not None:
             expected = auth.hello_proof(self.secret, conn.nonce, job, worker)
@@ -686,6 +707,7 @@ class Coordinator:
 
     def _refuse(self, conn: _Conn, error: str, *, finished: bool = False) -> None:
         """Answer a hello with ``refused`` and close the connection; nothing else changes."""
+        error = error[: wire.MAX_TEXT]  # the schema's cap: a longer one is a protocol error at the worker
         message: Dict[str, Any] = {"t": "refused", "error": error}
         if finished:
             message["finished"] = True
@@ -737,13 +759,25 @@ class Coordinator:
     def _event(self, name: str, **data: Any) -> None:
         self._record(name, data)
 
-    def _record(self, name: str, data: Dict[str, Any]) -> None:
+    def _record(self, name: str, data: Dict[str, Any], *, keep: bool = True) -> None:
+        """Record one event (``keep=False``: in the bounded ``rejections`` ring, not ``history``).  The
+        timeline is best effort: a log that cannot be written (disk full) or an ``on_event`` that raises
+        never stops the membership change that recorded it."""
         record = {"time": time.time(), "who": "coordinator", "event": name, **data}
-        self.history.append(record)
+        (self.history if keep else self.rejections).append(record)
         if self._log is not None:
-            self._log.write(json.dumps(record) + "\n")
+            try:
+                self._log.write(json.dumps(record) + "\n")
+                self._log_failed = False
+            except (OSError, ValueError) as exc:
+                if not self._log_failed:  # once per outage, not once per event
+                    self._log_failed = True
+                    print(f"ptc coordinator: cannot write its log: {exc}", file=sys.stderr, flush=True)
         if self._on_event is not None:
-            self._on_event(record)
+            try:
+                self._on_event(record)
+            except Exception as exc:  # noqa: BLE001 - a callback's bug is not the membership's
+                print(f"ptc coordinator: on_event raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def _log_rejection(self, name: str, **data: Any) -> None:
         """Log a refused or rejected connection, at most ``REJECTIONS_LOGGED_PER_S`` a second
@@ -752,13 +786,14 @@ class Coordinator:
             self._flush_rejections()
         if self._rejections_logged < REJECTIONS_LOGGED_PER_S:
             self._rejections_logged += 1
-            self._event(name, **data)
+            data = {k: v[:MAX_REJECTION_TEXT] if isinstance(v, str) else v for k, v in data.items()}
+            self._record(name, data, keep=False)
         else:
             self._rejections_suppressed += 1
 
     def _flush_rejections(self) -> None:
         if self._rejections_suppressed:
-            self._event("rejections_suppressed", count=self._rejections_suppressed)
+            self._record("rejections_suppressed", {"count": self._rejections_suppressed}, keep=False)
         self._rejections_window, self._rejections_logged, self._rejections_suppressed = time.monotonic(), 0, 0
 
 

@@ -134,6 +134,10 @@ COORDINATOR_TIMEOUT_S = 60.0
 PROTOCOL_NAME = "the ptc fault-tolerance protocol"  # what CoordinatorUnreachable says a server does not speak
 
 
+class _ClosedBeforeWelcome(Exception):
+    """The coordinator closed the connection after its challenge, before answering the hello."""
+
+
 class MembershipRefused(PtcValueError):
     """The coordinator refused this worker (authentication, job id, duplicate id, wrong world size)."""
 
@@ -210,13 +214,19 @@ class _Link:
         self._retry_connect = retry
         self._deadline = time.monotonic() + seconds
         self._attempt_timeout = seconds
-        sock, reader, challenge = self._challenge()
-        try:
-            welcome = self._hello(sock, reader, challenge, report)
-        except BaseException:
-            sock.close()
-            raise
-        return sock, reader, welcome
+        while True:
+            sock, reader, challenge = self._challenge()
+            try:
+                return sock, reader, self._hello(sock, reader, challenge, report)
+            except _ClosedBeforeWelcome:
+                sock.close()
+                if self._left() <= 0:
+                    raise self._unreachable(f"it closed the connection before the welcome, until "
+                                            f"connect_timeout = {self._attempt_timeout:g} s") from None
+                time.sleep(RECONNECT_PAUSE_S)  # made room for other connections: say hello again
+            except BaseException:
+                sock.close()
+                raise
 
     def _first_handshake(self) -> Tuple[socket.socket, wire.LineReader, Dict[str, Any]]:
         """The first connection: one address gets the whole ``connect_timeout``; several are
@@ -305,6 +315,8 @@ class _Link:
         except wire.ProtocolError as exc:
             raise self._unreachable(f"its answer to hello is not the ptc protocol ({exc})") from None
         if reply is None:
+            if self._left() > 0:  # an end of file, not a timeout
+                raise _ClosedBeforeWelcome()
             raise self._unreachable(f"no answer to hello within connect_timeout = {self._attempt_timeout:g} s")
         if reply["t"] == "refused":
             if reply.get("finished"):

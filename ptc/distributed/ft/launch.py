@@ -311,7 +311,8 @@ class LocalJob:
         finally:
             wait_then_kill([r.proc for r in self.runs], 0.0 if timed_out else 10.0)
             coordinator.stop()
-        events = sorted(coordinator.history, key=lambda e: e["time"]) if self.coordinator_process else coordinator.history
+        # the membership timeline and the (bounded) record of refused connections, in time order
+        events = sorted([*coordinator.history, *getattr(coordinator, "rejections", ())], key=lambda e: e["time"])
         return JobResult(list(events), list(self.runs), time.monotonic() - started, timed_out, self.log_dir)
 
     def _drain(self, coordinator: Any, joins: List[Tuple[int, int]], timers: List[Tuple[float, str, Any]]) -> None:
