@@ -248,10 +248,35 @@ def capture(
 
     # make_fx runs ``fn`` for real: on copies of the inputs; the random numbers it draws and
     # the parameters and buffers of the module it is (or is a method of) are put back
-    with torch.no_grad(), _state_kept(fn):
-        gm = make_fx(spec_fn)(*[x.clone() for x in flat])
+    try:
+        with torch.no_grad(), _state_kept(fn):
+            gm = make_fx(spec_fn)(*[x.clone() for x in flat])
+    except RuntimeError as e:
+        # make_fx cannot trace a host read in straight-line code (``if mask.all():``,
+        # ``.item()``): the graph would bake in one outcome. Run ``fn`` on the host instead.
+        if "_local_scalar_dense" not in str(e) and "data-dependent" not in str(e):
+            raise
+        reason = f"host read: fn reads a device value on the host while tracing ({str(e).splitlines()[0][:160]})"
+        log.info("ptc.cudagraph: capture: %s; fn runs un-graphed", reason)
+        counters["programs_host"] += 1
+        return HostFunction(fn, reason, resolved, support)
     program = CapturedProgram(gm, resolved, segments, support, warmup)
     return CapturedFunction(program, spec, out_spec_box[0], len(flat))
+
+
+class HostFunction:
+    """``capture``'s result for a function it cannot trace: calls ``fn`` as is (un-graphed);
+    ``report`` says why, ``graphs`` is empty."""
+
+    def __init__(self, fn: Callable[..., Any], reason: str, executor: str, support: Optional[Support]) -> None:
+        self.fn = fn
+        self.report = Report(executor, support, 0, notes=[f"no graphs: {reason}"])
+        self.graphs: List[Any] = []
+        self.plan = None
+
+    def __call__(self, *args: Any) -> Any:
+        with torch.no_grad():
+            return self.fn(*args)
 
 
 @contextlib.contextmanager

@@ -67,7 +67,7 @@ class PtcCudagraphsBackend:
         self.programs: "collections.deque[CapturedProgram]" = collections.deque(maxlen=keep)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        from functorch.compile import make_boxed_func
+        from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
         from torch._functorch.aot_autograd import aot_module_simplified
 
         executor = resolve_executor(self.executor, example_inputs)
@@ -106,7 +106,16 @@ class PtcCudagraphsBackend:
         def backward_compiler(bw: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
             return make_boxed_func(bw)  # backward runs as plain aten ops
 
-        return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler, bw_compiler=backward_compiler)
+        # min-cut, as aot_eager and inductor use: the default partitioner copies dead random
+        # ops (a dropout whose inputs are saved for backward) into the backward graph, where
+        # they draw random numbers eager never draws (the RNG stream then drifts from eager)
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=forward_compiler,
+            bw_compiler=backward_compiler,
+            partition_fn=min_cut_rematerialization_partition,
+        )
 
 
 def make_backend(**options: Any) -> PtcCudagraphsBackend:

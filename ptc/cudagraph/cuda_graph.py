@@ -167,7 +167,12 @@ class CudaGraph:
             raise
 
     def launch(
-        self, fn: Callable[..., Any], args: Sequence[Any], opaque: bool = False, reads: Sequence[Any] = ()
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        opaque: bool = False,
+        reads: Sequence[Any] = (),
+        shape_fn: Optional[Callable[..., Any]] = None,
     ) -> Any:
         return fn(*args)
 

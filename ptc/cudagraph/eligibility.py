@@ -28,7 +28,7 @@ The checks are static, on the FX graphs, so they run the same on CPU and GPU:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx as fx
@@ -162,7 +162,7 @@ def node_reasons(gm: fx.GraphModule, where: str, device: Optional[str] = None) -
         tags = _tags(target)
         if name in _HOST_READ_OPS or torch.Tag.data_dependent_output in tags:
             reasons.append(f"host read: {where} reads a device value on the host ({name})")
-        elif torch.Tag.dynamic_output_shape in tags:
+        elif torch.Tag.dynamic_output_shape in tags and not integer_indexing(target, n.args, meta_val):
             reasons.append(f"host read: {where} has a data-dependent output shape ({name})")
         if torch.Tag.nondeterministic_seeded in tags:
             reasons.append(f"RNG in body: {where} draws random numbers ({name})")
@@ -171,6 +171,24 @@ def node_reasons(gm: fx.GraphModule, where: str, device: Optional[str] = None) -
         for inp in _mutated_inputs(target, n, graph_inputs):
             reasons.append(f"input mutation: {where} writes its input {inp} ({name})")
     return _dedupe(reasons)
+
+
+def integer_indexing(target: Any, args: Sequence[Any], value_of: Any = None) -> bool:
+    """Whether ``target(*args)`` is ``aten.index.Tensor`` (``x[i]``, a gather) with integer
+    index tensors only: tagged ``dynamic_output_shape`` for the boolean-mask form, but its
+    output shape is static and it reads nothing on the host when no index is bool / uint8.
+    ``value_of`` maps an argument to its tensor (``meta_val`` for FX nodes)."""
+    if _op_name(target) not in ("aten::index", "aten::_unsafe_index"):
+        return False
+    if len(args) < 2 or not isinstance(args[1], (list, tuple)):
+        return False
+    for idx in args[1]:
+        if idx is None:
+            continue
+        val = value_of(idx) if value_of is not None else idx
+        if not isinstance(val, torch.Tensor) or val.dtype in (torch.bool, torch.uint8):
+            return False
+    return True
 
 
 def _dedupe(items: Iterable[str]) -> List[str]:

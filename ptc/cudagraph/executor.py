@@ -80,8 +80,10 @@ class _Runner:
 
     def call_segment(self, seg: Segment, args: Sequence[Any], graph: Any = None) -> List[Any]:
         if graph is not None:
-            return _as_list(graph.launch(seg.fn, args, opaque=seg.compiled, reads=_held_tensors(seg.module)))
-        if self.segment_compiler is not None and not seg.compiled:
+            return _as_list(
+                graph.launch(seg.fn, args, opaque=seg.compiled, reads=_held_tensors(seg.module), shape_fn=seg.module)
+            )
+        if self.segment_compiler is not None and not seg.compiled and not seg.compile_note:
             self.segment_compiler(seg, args)
         return _as_list(seg.fn(*args))
 
@@ -109,7 +111,7 @@ class _Runner:
             vals = self.host_block(loop.body, vals + extra, warmup)
             trips += 1
         if warmup and trips == 0:  # initialise the body's kernels once anyway
-            self.host_block(loop.body, _clone_all(vals) + extra, warmup)
+            _speculative(loop.body.name, lambda: self.host_block(loop.body, _clone_all(vals) + extra, warmup))
         fuse = getattr(self.segment_compiler, "loop_step", None)
         if warmup and fuse is not None and loop.step is None and not loop.step_note:
             fuse(loop, _clone_all(vals) + extra)
@@ -120,7 +122,8 @@ class _Runner:
         taken = bool(_get(env, br.pred))  # host sync
         out = self.host_block(br.true if taken else br.false, ops, warmup)
         if warmup:
-            self.host_block(br.false if taken else br.true, _clone_all(ops), warmup)
+            other = br.false if taken else br.true
+            _speculative(other.name, lambda: self.host_block(other, _clone_all(ops), warmup))
         return out
 
     # capture --------------------------------------------------------------
@@ -149,7 +152,9 @@ class _Runner:
         graph.begin_while(pred)
         try:
             if loop.step is not None:  # body + write-back + next predicate, one compiled call
-                pred = _as_list(graph.launch(loop.step, state + extra, opaque=True))[0]
+                pred = _as_list(
+                    graph.launch(loop.step, state + extra, opaque=True, shape_fn=_loop_step_function(loop))
+                )[0]
             else:
                 out = self.capture_block(loop.body, state + extra, graph)
                 _write_back(state, out)
@@ -202,6 +207,19 @@ class _Runner:
                 finally:
                     graph.end_conditional()
         return outs
+
+
+def _speculative(name: str, run: Callable[[], Any]) -> None:
+    """Run a block that eager would not run (an untaken branch, a zero-trip loop body) for
+    its lazy initialisation only. Its operands may be values the predicate guards against
+    (an index out of range): an error there is not the program's, so it is logged, not raised.
+    (On a GPU such a run can also hit a device-side assert; a safer warm-up compiles these
+    blocks without running them.)"""
+    try:
+        run()
+    except Exception as e:  # noqa: BLE001
+        log.info("ptc.cudagraph: warm-up run of %s (not run by eager) failed, skipped: %s: %s",
+                 name, type(e).__name__, e)
 
 
 def _bind(step: Any, env: Dict[fx.Node, Any], values: List[Any]) -> None:
@@ -598,11 +616,17 @@ def _in_clean_thread(fn: Callable[[], Any]) -> Any:
     own AOTAutograd pass. A new thread starts with clean thread-local state."""
     import threading
 
+    import torch._inductor.config as inductor_config
+
     box: Dict[str, Any] = {}
+    # torch's config overrides are thread-local (ContextVars): the new thread would see the
+    # defaults, not the caller's settings (fallback_random, cpp.*, ...); carry them over
+    settings = inductor_config.get_config_copy()
 
     def target() -> None:
         try:
-            box["value"] = fn()
+            with inductor_config.patch(settings):
+                box["value"] = fn()
         except BaseException as e:  # re-raised in the caller's thread
             box["error"] = e
 
@@ -667,7 +691,16 @@ class InductorSegments:
         import torch._inductor
 
         clean = _clean_module(seg.module)
-        seg.fn = _in_clean_thread(lambda: torch._inductor.compile(clean, list(args)))
+        try:
+            seg.fn = _in_clean_thread(lambda: torch._inductor.compile(clean, list(args)))
+        except Exception as e:  # noqa: BLE001 - the aten graph computes the same
+            # Inductor re-traces the aten graph with its own decompositions, whose strides can
+            # differ from eager's (a ``view`` that was valid in eager no longer is): run the
+            # segment's aten ops instead of failing where eager runs
+            seg.fn, seg.compiled = seg.module, False
+            seg.compile_note = f"not compiled: {type(e).__name__}: {e}"[:300]
+            log.info("ptc.cudagraph: %s runs as aten ops (%s)", seg.name, seg.compile_note)
+            return
         seg.compiled = True
         log.debug("ptc.cudagraph: compiled %s with Inductor (%d ops)", seg.name, len(seg.ops))
 

@@ -81,6 +81,7 @@ class Segment:
     module: fx.GraphModule
     fn: Callable[..., Any] = None  # type: ignore[assignment]
     compiled: bool = False
+    compile_note: str = ""  # why the segment compiler left it as aten ops ("" if not tried/failed)
 
     @property
     def ops(self) -> List[str]:

@@ -38,7 +38,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptc.cudagraph.eligibility import Support
+from ptc.cudagraph.eligibility import Support, integer_indexing
 from ptc.cudagraph.plan import written_arguments
 from ptc.errors import CaptureError
 
@@ -69,8 +69,20 @@ class Kernel:
         flat = [r for r in pytree.tree_leaves(result)]
         for captured, new in zip(self.outs, flat):
             if captured is not None:
-                captured.copy_(new)
+                _copy_result(captured, new)
         graph.kernel_launches += 1
+
+
+def _copy_result(captured: torch.Tensor, new: torch.Tensor) -> None:
+    """``captured.copy_(new)`` for a kernel result that may be an expanded (stride-0) view of
+    its buffer (Inductor returns ``buf.expand(...)`` as is): along an expanded dimension the
+    memory is one element, so only that element is written."""
+    expanded = [d for d, (n, st) in enumerate(zip(captured.shape, captured.stride())) if st == 0 and n > 1]
+    if not expanded:
+        captured.copy_(new)
+        return
+    part = tuple(slice(0, 1) if d in expanded else slice(None) for d in range(captured.dim()))
+    captured[part].copy_(new[part])
 
 
 @dataclass
@@ -201,6 +213,19 @@ def _is_real(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and not is_fake(t) and not t.is_meta
 
 
+def _meta_result(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func``'s results as uninitialised real tensors, their layout computed on ``meta``."""
+    devices = [t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    to_meta = lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t  # noqa: E731
+    out = func(*pytree.tree_map(to_meta, args), **pytree.tree_map(to_meta, kwargs))
+    device = devices[0] if devices else torch.device("cpu")
+    return pytree.tree_map(
+        lambda m: torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device=device)
+        if isinstance(m, torch.Tensor) else m,
+        out,
+    )
+
+
 class StreamCaptureSim(TorchDispatchMode):
     """Plays "the capturing stream": records aten ops into ``graph``'s current
     body, forbids host reads, and forbids RNG inside conditional bodies."""
@@ -220,7 +245,7 @@ class StreamCaptureSim(TorchDispatchMode):
                 "e.g. use torch.where instead of `if tensor:` and a while_loop predicate "
                 "instead of `.item()`"
             )
-        if torch.Tag.dynamic_output_shape in func.tags:
+        if torch.Tag.dynamic_output_shape in func.tags and not integer_indexing(func, args):
             raise CaptureError(
                 f"{func} has a data-dependent output shape, which needs a host sync during graph capture"
             )
@@ -230,7 +255,15 @@ class StreamCaptureSim(TorchDispatchMode):
                 "data-dependent conditional nodes is not supported by CUDA graphs"
             )
         g.journal.before_op(func, args, kwargs)
-        result = func(*args, **kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except Exception:  # noqa: BLE001
+            if g.depth == 0:
+                raise
+            # inside a conditional body the capture runs on values the predicate may guard
+            # against (an out-of-range index): a CUDA capture executes nothing, so only the
+            # result's shape is needed: take it from meta tensors, allocate, record as usual
+            result = _meta_result(func, args, kwargs)
         if torch.Tag.inplace_view in func.tags:
             return result  # squeeze_, unsqueeze_, t_: metadata on the host, no kernel
         flat = pytree.tree_leaves(result)
@@ -333,7 +366,12 @@ class SimGraph:
             yield
 
     def launch(
-        self, fn: Callable[..., Any], args: Sequence[Any], opaque: bool = False, reads: Sequence[torch.Tensor] = ()
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        opaque: bool = False,
+        reads: Sequence[torch.Tensor] = (),
+        shape_fn: Optional[Callable[..., Any]] = None,
     ) -> Any:
         """Run a segment. Eager segments are recorded op by op; ``opaque`` ones
         (Inductor-compiled code, whose kernels bypass the dispatcher) as one kernel.
@@ -344,7 +382,14 @@ class SimGraph:
         for a in held:  # compiled code may write into any of them, unseen by the dispatcher
             self.journal.keep(a)
         with self._paused():
-            result = fn(*args)
+            try:
+                result = fn(*args)
+            except Exception:  # noqa: BLE001
+                if self.depth == 0 or shape_fn is None:
+                    raise
+                # as for one op in __torch_dispatch__: a guarded value inside a conditional
+                # body; ``shape_fn`` (the segment's aten graph) gives the results' layout
+                result = _meta_result(shape_fn, tuple(args), {})
         in_storages = {a.untyped_storage().data_ptr() for a in held}
         outs: List[Optional[torch.Tensor]] = []
         for t in pytree.tree_leaves(result):

@@ -345,7 +345,7 @@ def test_a_whole_job_connecting_at_once_is_not_capped(monkeypatch):
 def test_rejections_are_logged_at_a_bounded_rate(running, monkeypatch):
     c, a, b = running
     monkeypatch.setattr(ft_coordinator, "REJECTIONS_LOGGED_PER_S", 3)
-    before, started = len(c.history), time.monotonic()
+    started = time.monotonic()
     for _ in range(12):
         p = Peer(c)
         p.raw(b"1\n")
