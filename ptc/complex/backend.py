@@ -122,19 +122,29 @@ class _DecompTable(dict):
     the same ptc, different after any change to it.
     """
 
+    def __init__(self, table: Dict, selection: tuple) -> None:
+        super().__init__(table)
+        self.selection = selection  # the Inductor settings that chose it (see ``_table``)
+
     def __reduce__(self):
-        return (_decompositions_for, (sources_digest(),))
+        return (_decompositions_for, (sources_digest(), *self.selection))
 
 
-def _decompositions_for(digest: str) -> Dict:
-    return decompositions()
+def _decompositions_for(digest: str, *selection: bool) -> Dict:
+    return _table(*selection)
 
 
 @functools.lru_cache(maxsize=None)
-def _table(version: int) -> Dict:
+def _table(fallback_random: bool, fallback_byte_unpack: bool) -> Dict:
+    """Inductor's table as it selects it under these two settings (``select_decomp_table``:
+    ``fallback_random=False`` decomposes random ops into Inductor's own generator)."""
+    from torch._inductor import config as inductor_config
     from torch._inductor.decomposition import select_decomp_table
 
-    table = _DecompTable(select_decomp_table())
+    with inductor_config.patch(
+        fallback_random=fallback_random, fallback_embedding_bag_byte_unpack=fallback_byte_unpack
+    ):
+        table = _DecompTable(select_decomp_table(), (fallback_random, fallback_byte_unpack))
     for op in KEEP_WHOLE:
         if op in table:
             table[op] = _keep_for_complex(table[op])
@@ -142,9 +152,17 @@ def _table(version: int) -> Dict:
     return table
 
 
-def decompositions() -> Dict:
-    """The decomposition table ptc compiles with (Inductor's, minus complex-hostile entries)."""
-    return _table(0)
+def decompositions(eager_random: bool = False) -> Dict:
+    """The decomposition table ptc compiles with: Inductor's as the current Inductor config
+    selects it, minus complex-hostile entries. Random ops draw from Inductor's generator
+    unless ``torch._inductor.config.fallback_random`` is set or ``eager_random`` (a graph
+    run by aten ops, which draws what eager draws)."""
+    from torch._inductor import config as inductor_config
+
+    return _table(
+        bool(eager_random or inductor_config.fallback_random),
+        bool(getattr(inductor_config, "fallback_embedding_bag_byte_unpack", False)),
+    )
 
 
 _VECTORIZE = {"cpp.enable_tiling_heuristics": False}
@@ -403,18 +421,26 @@ class ComplexBackend:
         return compile_fx(gm, example_inputs, config_patches=dict(self.options))
 
     def _aot_eager(self, gm, example_inputs):
-        from functorch.compile import make_boxed_func
+        from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
+        # run by aten ops, as aot_eager: random ops draw what eager draws, and the forward and
+        # backward are split as aot_eager splits them (the default partitioner re-runs a
+        # dropout in the backward graph, drawing numbers eager never draws)
+        table = decompositions(eager_random=True)
+
         def compiler(g, inputs):
-            return make_boxed_func(rewrite(g, inputs, decompositions=decompositions(), report=self.report))
+            return make_boxed_func(rewrite(g, inputs, decompositions=table, report=self.report))
 
         import torch._functorch.config as functorch_config
 
         with functorch_config.patch(enable_autograd_cache=False):
-            return aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions())(
-                gm, example_inputs
-            )
+            return aot_autograd(
+                fw_compiler=compiler,
+                bw_compiler=compiler,
+                decompositions=table,
+                partition_fn=min_cut_rematerialization_partition,
+            )(gm, example_inputs)
 
 
 def _storage_views(inputs, positions):
