@@ -301,6 +301,16 @@ def library_bound_compute(gm: torch.fx.GraphModule, example_inputs) -> Optional[
 _LIBRARY_SET = set(_rules.LIBRARY)
 
 
+def _control_flow_exceptions():
+    from torch._dynamo import exc
+
+    return tuple(getattr(exc, name) for name in ("RestartAnalysis", "SkipFrame") if hasattr(exc, name))
+
+
+#: exceptions Dynamo uses as signals, raised through a backend on purpose: never a reason to fall back
+_CONTROL_FLOW = _control_flow_exceptions()
+
+
 class ComplexBackend:
     """A ``torch.compile`` backend: Inductor with complex values rewritten to real arithmetic.
 
@@ -346,6 +356,8 @@ class ComplexBackend:
         """Inductor's ``inner_compile`` of one AOT graph, rewritten; the graph as it is where that fails."""
         try:
             return self._inner_rewritten(inner_compile, gm, example_inputs, **kwargs)
+        except _CONTROL_FLOW:
+            raise  # Dynamo's signals (restart tracing, skip the frame): not failures of ptc's compile
         except Exception as e:  # noqa: BLE001 - any failure of ptc's compile: compile the stock way
             if self.strict:
                 raise
@@ -414,6 +426,11 @@ class ComplexBackend:
                     config_patches=patches,
                     decompositions=decompositions(),
                 )
+        except _CONTROL_FLOW:
+            # e.g. TensorifyScalarRestartAnalysis (AOTAutograd's tensorify pass, a SymFloat that was
+            # specialised while tracing): Dynamo restarts with the float specialised and calls this
+            # backend again; stock compile lets it through too
+            raise
         except Exception as e:  # noqa: BLE001 - any failure of ptc's compile: compile the stock way
             if self.strict:
                 raise

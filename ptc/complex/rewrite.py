@@ -100,6 +100,26 @@ def has_complex(gm: fx.GraphModule) -> bool:
 _LIBRARY = set(_rules.LIBRARY)
 
 
+_STRIDED_VIEWS = (aten.view.default, aten._unsafe_view.default)
+
+
+def _viewable(t: torch.Tensor, shape) -> bool:
+    """Whether ``t.view(shape)`` is possible with ``t``'s strides (True where sizes or strides are
+    symbolic: those are left to the view itself, no guard is added)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    sizes, strides, shape = list(t.shape), list(t.stride()), list(shape)
+    if not all(type(v) is int for v in sizes + strides + shape):
+        return True
+    with unset_fake_temporarily(), disable_proxy_modes_tracing():
+        try:
+            torch.empty_strided(sizes, strides, device="meta").view(shape)
+        except RuntimeError:
+            return False
+    return True
+
+
 class _PairInterpreter(fx.Interpreter):
     def __init__(self, gm: fx.GraphModule, report: Report, fake_mode=None) -> None:
         super().__init__(gm, garbage_collect_values=False)
@@ -152,6 +172,11 @@ class _PairInterpreter(fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if not isinstance(target, torch._ops.OpOverload):
             return target(*args, **kwargs)
+        if target in _STRIDED_VIEWS and isinstance(args[0], torch.Tensor) and not _viewable(args[0], args[1]):
+            # the graph's inputs may come with other strides than it was traced with (a backward graph's
+            # saved activations are laid out as Inductor's forward kernels wrote them): where the view
+            # is not possible on them, reshape (a copy; Inductor lowers the view the same way)
+            target = aten.reshape.default
         if target is aten.copy_.default:
             stored = self._store_into_input(args)
             if stored is not None:

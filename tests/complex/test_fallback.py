@@ -103,3 +103,43 @@ def test_compile_refuses_what_is_not_callable():
 
     with pytest.raises(PtcTypeError, match="fn must be a callable"):
         pc.compile(3)
+
+
+def _branches_on_a_float(z, s):  # a Python float the graph branches on: AOT specialises it
+    return torch.abs(z * z + 1j) if s > 0.5 else z
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_dynamos_restart_signal_is_not_a_failure_of_ptcs_compile(strict):
+    """Under dynamic=True AOTAutograd raises TensorifyScalarRestartAnalysis (trace again with the
+    float specialised) through the backend on purpose; ptc took it for its own failure and
+    compiled every such graph the stock way (complex ops unfused)."""
+    z = torch.randn(64, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    backend = pc.backend(strict=strict)
+    got = torch.compile(_branches_on_a_float, backend=backend, dynamic=True)(z, 2.0)
+    torch.testing.assert_close(got, _branches_on_a_float(z, 2.0))
+    assert backend.report.graphs and not backend.report.stock_graphs, backend.report.stock_graphs
+
+
+def test_a_view_impossible_on_the_strides_a_graph_is_called_with_becomes_a_reshape():
+    """A backward graph gets its saved activations with the strides Inductor's forward wrote,
+    which may not be the traced ones: the rewrite re-ran the traced view on them (ValueError,
+    the graph compiled the stock way). It reshapes instead, as Inductor's lowering copies."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ptc.complex.rewrite import Report, rewrite
+
+    def f(x, z):
+        return x.view(2, 32) * 2, z * z
+
+    x = torch.randn(2, 16, 2, generator=torch.Generator().manual_seed(1))
+    z = torch.randn(8, dtype=torch.complex64, generator=torch.Generator().manual_seed(2))
+    gm = make_fx(f)(x, z)  # traced on a contiguous x
+    strided = torch.randn(2, 2, 16, generator=torch.Generator().manual_seed(3)).transpose(1, 2)  # strides (32, 1, 16)
+    with pytest.raises(RuntimeError):
+        strided.view(2, 32)
+    report = Report()
+    out = rewrite(gm, [strided, z], report=report)(strided, z)
+    torch.testing.assert_close(out[0], strided.reshape(2, 32) * 2)
+    torch.testing.assert_close(out[1], z * z)
