@@ -322,6 +322,26 @@ def test_the_cap_closes_a_connection_of_the_host_holding_the_most():
         c.stop()
 
 
+def test_one_wakeup_takes_every_waiting_connection_up_to_a_bound():
+    """One accept per wakeup let a connect storm fill the listen queue (honest connects then
+    timed out): a wakeup takes up to ACCEPTS_PER_WAKEUP, each challenged."""
+    c = Coordinator(world_size=2, secret=SECRET)  # not serving: connections wait in the queue
+    clients = []
+    try:
+        clients = [socket.create_connection(("127.0.0.1", c.port), timeout=5) for _ in range(5)]
+        time.sleep(0.2)
+        c._accept()
+        assert len(c._pending) == 5
+        c._accept()  # nothing left: returns at once
+        assert len(c._pending) == 5
+        reader = ft_wire.LineReader(ft_wire.MAX_NEWS_LINE)
+        assert ft_wire.recv_one(clients[-1], reader, 5)["t"] == "challenge"
+    finally:
+        for sock in clients:
+            sock.close()
+        c.stop()
+
+
 def test_a_whole_job_connecting_at_once_is_not_capped(monkeypatch):
     """The cap on connections without a hello is at least the world size: a job whose
     members all connect before any of them says hello loses nobody."""

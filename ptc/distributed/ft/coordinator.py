@@ -114,6 +114,7 @@ MAX_PENDING = 64  # connections that have not completed their hello; a new one c
 ACCEPT_BACKOFF = 0.5  # seconds the listening socket rests after accept() found no descriptor left
 SEND_TIMEOUT = 1.0  # seconds one message may take to leave; a peer that does not read is dropped
 REJECTIONS_LOGGED_PER_S = 20  # refused and rejected connections logged one by one; the rest counted
+ACCEPTS_PER_WAKEUP = 32  # connections taken from the listen queue per readiness of the listening socket
 MAX_REJECTIONS_KEPT = 1000  # records of refused/rejected connections kept in memory (Coordinator.rejections)
 MAX_REJECTION_TEXT = 200  # characters of a peer-supplied reason kept in a rejection record
 
@@ -365,14 +366,25 @@ class Coordinator:
     # --- connections ---------------------------------------------------------
 
     def _accept(self) -> None:
+        """Take up to ``ACCEPTS_PER_WAKEUP`` connections waiting in the listen queue (one per
+        wakeup let a connect storm fill the queue, and honest workers' connects time out)."""
+        for k in range(ACCEPTS_PER_WAKEUP):
+            if not self._accept_one(first=k == 0):
+                return
+
+    def _accept_one(self, first: bool) -> bool:
+        """Accept one connection and send its challenge; False when none was taken. Out of
+        descriptors, only the wakeup's first accept pauses accepting: Linux reports EMFILE
+        before it looks at the queue, and a pause closes a waiting connection (one this
+        wakeup just challenged)."""
         try:
             sock, peer = self._server.accept()
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as exc:
-            if exc.errno in _OUT_OF_DESCRIPTORS:
+            if exc.errno in _OUT_OF_DESCRIPTORS and first:
                 self._pause_accepting(exc)
-            return
+            return False
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -388,6 +400,7 @@ class Coordinator:
                                                   "of the address holding the most is closed")
         challenge = {"t": "challenge", "proto": wire.PROTOCOL, "nonce": conn.nonce, "auth": self.secret is not None}
         self._send(conn, challenge)
+        return True
 
     def _eviction_victim(self) -> _Conn:
         """The oldest pending connection of the peer host with the most pending connections."""
