@@ -9,33 +9,7 @@ import pytest
 import torch
 
 import ptc.complex as pc
-
-
-class DropoutAfterNorm(torch.nn.Module):
-    """BERT's embeddings: a dropout after LayerNorm, whose input backward saves."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin, self.norm, self.drop, self.out = (
-            torch.nn.Linear(16, 16),
-            torch.nn.LayerNorm(16),
-            torch.nn.Dropout(0.1),
-            torch.nn.Linear(16, 4),
-        )
-
-    def forward(self, x):
-        return self.out(self.drop(self.norm(self.lin(x))))
-
-
-def _train(model, xs):
-    torch.manual_seed(42)
-    steps = []
-    for x in xs:
-        model.zero_grad(set_to_none=True)
-        y = model(x)
-        y.pow(2).sum().backward()
-        steps.append((y.detach(), [p.grad.clone() for p in model.parameters()], torch.get_rng_state()))
-    return steps
+from training_steps import DropoutAfterNorm, train_steps
 
 
 # (inductor, fallback_random): the cases where the stock anchor (aot_eager; Inductor with
@@ -49,11 +23,11 @@ def test_a_training_step_draws_what_eager_draws(inductor, fallback_random):
     torch.manual_seed(0)
     base = DropoutAfterNorm().train()
     xs = [torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(k)) for k in range(2)]
-    want = _train(copy.deepcopy(base), xs)
+    want = train_steps(copy.deepcopy(base), xs)
     for setting in (False, fallback_random):  # a compile with the default first
         torch._dynamo.reset()
         with torch._inductor.config.patch(fallback_random=setting):
-            got = _train(torch.compile(copy.deepcopy(base), backend=pc.backend(inductor=inductor)), xs)
+            got = train_steps(torch.compile(copy.deepcopy(base), backend=pc.backend(inductor=inductor)), xs)
     for k, ((y1, g1, r1), (y2, g2, r2)) in enumerate(zip(want, got)):
         torch.testing.assert_close(y2, y1, rtol=1e-4, atol=1e-5, msg=f"call {k}: output")
         torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-5, msg=f"call {k}: gradients")

@@ -11,36 +11,9 @@ import torch
 from torch._higher_order_ops.while_loop import while_loop
 
 import ptc.cudagraph as cg
+from training_steps import DropoutAfterNorm, train_steps
 
 T = torch.tensor
-
-
-class DropoutAfterNorm(torch.nn.Module):
-    """BERT's embeddings: dropout after LayerNorm, whose input backward saves."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin, self.norm, self.drop, self.out = (
-            torch.nn.Linear(16, 16),
-            torch.nn.LayerNorm(16),
-            torch.nn.Dropout(0.1),
-            torch.nn.Linear(16, 4),
-        )
-
-    def forward(self, x):
-        return self.out(self.drop(self.norm(self.lin(x))))
-
-
-def _train(model, xs):
-    """Forward and backward per input, seeded: outputs, gradients, generator state."""
-    torch.manual_seed(42)
-    steps = []
-    for x in xs:
-        model.zero_grad(set_to_none=True)
-        y = model(x)
-        y.pow(2).sum().backward()
-        steps.append((y.detach(), [p.grad.clone() for p in model.parameters()], torch.get_rng_state()))
-    return steps
 
 
 @pytest.mark.parametrize("fallback_random", [False, True])
@@ -52,11 +25,11 @@ def test_dropout_in_training_draws_what_eager_draws(executor, fallback_random):
     torch.manual_seed(0)
     base = DropoutAfterNorm().train()
     xs = [torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(k)) for k in range(3)]
-    want = _train(copy.deepcopy(base), xs)
+    want = train_steps(copy.deepcopy(base), xs)
     torch._dynamo.reset()
     backend = cg.make_backend(executor=executor, segments="eager")
     with torch._inductor.config.patch(fallback_random=fallback_random):
-        got = _train(torch.compile(copy.deepcopy(base), backend=backend), xs)
+        got = train_steps(torch.compile(copy.deepcopy(base), backend=backend), xs)
     for k, ((y1, g1, r1), (y2, g2, r2)) in enumerate(zip(want, got)):
         torch.testing.assert_close(y2, y1, msg=f"call {k}: output")
         torch.testing.assert_close(g2, g1, msg=f"call {k}: gradients")
