@@ -50,6 +50,8 @@ from ptc.cudagraph.plan import (
     Segment,
     Step,
     aliased_argument,
+    copy_into_expanded,
+    expanded_dims,
     meta_val,
     switch_tree,
     written_arguments,
@@ -576,7 +578,7 @@ def _copy_into(static: torch.Tensor, value: torch.Tensor) -> None:
     """``static.copy_(value)``; along a dimension ``static`` expands (stride 0) only the
     first element is written (its memory is one element), so ``value`` must be expanded
     there too."""
-    expanded = [d for d, (n, st) in enumerate(zip(static.shape, static.stride())) if st == 0 and n > 1]
+    expanded = expanded_dims(static)
     if not expanded:
         static.copy_(value)
         return
@@ -588,8 +590,7 @@ def _copy_into(static: torch.Tensor, value: torch.Tensor) -> None:
             f"tensor with strides {value.stride()}; a captured program is specialised to its "
             "inputs' layouts (capture again, or pass an expanded tensor)"
         )
-    part = tuple(slice(0, 1) if d in expanded else slice(None) for d in range(static.dim()))
-    static[part].copy_(value[part])
+    copy_into_expanded(static, value, expanded)
 
 
 def _check_same_meta(node: fx.Node, static: torch.Tensor, value: Any) -> None:

@@ -404,3 +404,15 @@ def _inner_switch(block: Block, mapping: List[int], position: int) -> Optional[t
     if sorted(inner.results) != list(range(n_out)) or [inner.results[i] for i in range(n_out)] != block.output:
         return None
     return inner, [where[o] if isinstance(o, fx.Node) else Constant(o) for o in inner.operands]
+
+
+def expanded_dims(t: torch.Tensor) -> List[int]:
+    """The dimensions ``t`` expands (stride 0, more than one element): one element of memory."""
+    return [d for d, (n, st) in enumerate(zip(t.shape, t.stride())) if st == 0 and n > 1]
+
+
+def copy_into_expanded(dst: torch.Tensor, src: torch.Tensor, expanded: Sequence[int]) -> None:
+    """``dst.copy_(src)`` for a ``dst`` that expands ``expanded``: only their first element
+    is written (writing them all would write one memory location many times)."""
+    part = tuple(slice(0, 1) if d in expanded else slice(None) for d in range(dst.dim()))
+    dst[part].copy_(src[part])

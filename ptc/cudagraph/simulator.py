@@ -39,7 +39,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptc.cudagraph.eligibility import Support, integer_indexing
-from ptc.cudagraph.plan import written_arguments
+from ptc.cudagraph.plan import copy_into_expanded, expanded_dims, written_arguments
 from ptc.errors import CaptureError
 
 __all__ = ["SimGraph", "Kernel", "SetHandle", "Conditional", "StreamCaptureSim", "WriteJournal"]
@@ -77,12 +77,11 @@ def _copy_result(captured: torch.Tensor, new: torch.Tensor) -> None:
     """``captured.copy_(new)`` for a kernel result that may be an expanded (stride-0) view of
     its buffer (Inductor returns ``buf.expand(...)`` as is): along an expanded dimension the
     memory is one element, so only that element is written."""
-    expanded = [d for d, (n, st) in enumerate(zip(captured.shape, captured.stride())) if st == 0 and n > 1]
-    if not expanded:
+    expanded = expanded_dims(captured)
+    if expanded:
+        copy_into_expanded(captured, new, expanded)
+    else:
         captured.copy_(new)
-        return
-    part = tuple(slice(0, 1) if d in expanded else slice(None) for d in range(captured.dim()))
-    captured[part].copy_(new[part])
 
 
 @dataclass
@@ -189,7 +188,7 @@ class WriteJournal:
     def keep(self, t: torch.Tensor) -> None:
         if not _is_real(t):
             return  # a fake tensor of a trace inside the block: no memory to restore
-        if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
+        if expanded_dims(t):
             return  # expanded: nothing can write into it
         if t.untyped_storage().data_ptr() in self.made or any(k is t for k, _ in self._kept):
             return
