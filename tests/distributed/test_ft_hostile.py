@@ -378,6 +378,31 @@ def test_rejections_are_logged_at_a_bounded_rate(running, monkeypatch):
     assert sum(e.get("count", 0) for e in logged) + sum(e["event"] == "rejected" for e in logged) == 12
 
 
+def test_a_flood_that_never_stops_adds_a_line_a_window_to_the_log(tmp_path, monkeypatch):
+    """Rejections are logged one by one up to MAX_REJECTIONS_LOGGED in the coordinator's life;
+    after that only counted, once every FLOOD_SUMMARY_INTERVAL, and the count of the last
+    window is written when the coordinator stops: every rejection is accounted for."""
+    monkeypatch.setattr(ft_coordinator, "REJECTIONS_LOGGED_PER_S", 3)
+    monkeypatch.setattr(ft_coordinator, "MAX_REJECTIONS_LOGGED", 5)
+    monkeypatch.setattr(ft_coordinator, "FLOOD_SUMMARY_INTERVAL", 3600.0)
+    log = tmp_path / "coordinator.jsonl"
+    c = Coordinator(world_size=2, secret=SECRET, log=str(log))  # not serving: the windows are moved by hand
+
+    def reject(times, after_seconds=0.0):
+        c._rejections_window -= after_seconds
+        for _ in range(times):
+            c._log_rejection("rejected", why="invalid line")
+
+    reject(10)  # 3 logged
+    reject(10, after_seconds=1.01)  # the last 2 of the budget logged, the window's 8 more counted
+    reject(10, after_seconds=1.01)  # budget spent: a one-second window no longer ends
+    reject(1, after_seconds=3600.0)  # the long window ends: one count for the 18 before
+    c.stop()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["event"], e.get("count")) for e in lines] == [("rejected", None)] * 3 + [
+        ("rejections_suppressed", 7)] + [("rejected", None)] * 2 + [
+        ("rejections_suppressed", 8 + 10), ("rejections_suppressed", 1)]  # fmt: skip
+
 
 def test_the_record_of_rejections_is_bounded_and_kept_out_of_the_timeline(running, monkeypatch):
     """Refused and rejected connections come from peers nobody authenticated: a ring of the

@@ -69,7 +69,9 @@ are the coordinator's own configuration.  Every line is checked against
 :data:`wire.MAX_LINE` bytes, or no hello within ``hello_timeout`` closes
 that connection (a registered worker that does so is a failed worker) and
 is logged as ``rejected`` (at most ``REJECTIONS_LOGGED_PER_S`` a second, the
-rest counted).  At most ``MAX_PENDING`` (or the world size, if larger)
+rest counted once a second; after ``MAX_REJECTIONS_LOGGED`` such records in
+the coordinator's life, only counted, once every ``FLOOD_SUMMARY_INTERVAL``
+seconds, so a flood that never stops adds a line a minute to the log).  At most ``MAX_PENDING`` (or the world size, if larger)
 connections wait for their hello (a new one closes the oldest); when ``accept`` runs out of descriptors the
 listening socket rests for ``ACCEPT_BACKOFF`` seconds; an exception while
 handling one connection is logged (``internal_error``) and closes it.
@@ -114,6 +116,8 @@ MAX_PENDING = 64  # connections that have not completed their hello; a new one c
 ACCEPT_BACKOFF = 0.5  # seconds the listening socket rests after accept() found no descriptor left
 SEND_TIMEOUT = 1.0  # seconds one message may take to leave; a peer that does not read is dropped
 REJECTIONS_LOGGED_PER_S = 20  # refused and rejected connections logged one by one; the rest counted
+MAX_REJECTIONS_LOGGED = 10_000  # rejection records logged one by one in a coordinator's life; then only counted
+FLOOD_SUMMARY_INTERVAL = 60.0  # seconds between counts of unlogged rejections once MAX_REJECTIONS_LOGGED is spent
 ACCEPTS_PER_WAKEUP = 32  # connections taken from the listen queue per readiness of the listening socket
 MAX_REJECTIONS_KEPT = 1000  # records of refused/rejected connections kept in memory (Coordinator.rejections)
 MAX_REJECTION_TEXT = 200  # characters of a peer-supplied reason kept in a rejection record
@@ -256,7 +260,8 @@ class Coordinator:
         self.fail_grace = min(0.2, self.heartbeat_timeout / 2)
         self.rejected = 0  # connections closed for what they sent (or did not send), and refused hellos
         self._rejections_window = time.monotonic()
-        self._rejections_logged = 0
+        self._rejections_logged = 0  # in the current window
+        self._rejections_logged_ever = 0
         self._rejections_suppressed = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -291,6 +296,7 @@ class Coordinator:
         for conn in list(self._conns.values()):
             conn.sock.close()
         self._server.close()
+        self._end_rejections_window(now=True)  # the count of a window cut short is not lost
         if self._log is not None:
             try:
                 self._log.close()
@@ -342,8 +348,7 @@ class Coordinator:
         self._check_ready()
         self._check_adopt()
         self._resume_accepting()
-        if time.monotonic() - self._rejections_window >= 1.0:
-            self._flush_rejections()
+        self._end_rejections_window()
 
     def _guarded(self, fn: Callable[..., None], conn: Optional[_Conn] = None) -> None:
         try:
@@ -793,18 +798,24 @@ class Coordinator:
                 print(f"ptc coordinator: on_event raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def _log_rejection(self, name: str, **data: Any) -> None:
-        """Log a refused or rejected connection, at most ``REJECTIONS_LOGGED_PER_S`` a second
-        (a flood of them is counted in one ``rejections_suppressed`` event per second)."""
-        if time.monotonic() - self._rejections_window >= 1.0:
-            self._flush_rejections()
-        if self._rejections_logged < REJECTIONS_LOGGED_PER_S:
+        """Log a refused or rejected connection, at most ``REJECTIONS_LOGGED_PER_S`` a second and
+        ``MAX_REJECTIONS_LOGGED`` in all; the others are counted in one ``rejections_suppressed``
+        event a window (a second; ``FLOOD_SUMMARY_INTERVAL`` once the budget is spent)."""
+        self._end_rejections_window()
+        if self._rejections_logged < REJECTIONS_LOGGED_PER_S and self._rejections_logged_ever < MAX_REJECTIONS_LOGGED:
             self._rejections_logged += 1
+            self._rejections_logged_ever += 1
             data = {k: v[:MAX_REJECTION_TEXT] if isinstance(v, str) else v for k, v in data.items()}
             self._record(name, data, keep=False)
         else:
             self._rejections_suppressed += 1
 
-    def _flush_rejections(self) -> None:
+    def _end_rejections_window(self, *, now: bool = False) -> None:
+        """Close the window of rejection counting once it has lasted its length (``now``: at once):
+        record how many went unlogged in it, if any, and start the next."""
+        length = 1.0 if self._rejections_logged_ever < MAX_REJECTIONS_LOGGED else FLOOD_SUMMARY_INTERVAL
+        if not now and time.monotonic() - self._rejections_window < length:
+            return
         if self._rejections_suppressed:
             self._record("rejections_suppressed", {"count": self._rejections_suppressed}, keep=False)
         self._rejections_window, self._rejections_logged, self._rejections_suppressed = time.monotonic(), 0, 0
@@ -898,6 +909,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         coordinator.serve(exit_when_idle=args.idle_exit)
     except KeyboardInterrupt:
         pass
+    finally:
+        coordinator.stop()
     return 0
 
 
