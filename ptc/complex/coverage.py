@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import List, NamedTuple
 
-import torch
-
 from ptc.complex import rules as _rules
 
 __all__ = ["CoverageEntry", "coverage", "format_coverage", "KNOWN_FALLBACKS"]

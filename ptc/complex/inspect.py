@@ -11,9 +11,7 @@ tests count.
 from __future__ import annotations
 
 import re
-from typing import Iterable, List, Sequence, Tuple
-
-import torch
+from typing import Iterable, List, Tuple
 
 from ptc.complex import rules as _rules
 

@@ -105,7 +105,6 @@ def _div(ctx, a, b):
 
 @rule(aten.reciprocal.default, group="elementwise")
 def _reciprocal(ctx, a):
-    rdt = real_dtype(a.dtype)
     re, im = cdiv((1.0, 0.0), (a.re, a.im))
     return _out(re, im, a.dtype, a.re)
 

@@ -39,7 +39,6 @@ def _componentwise(ctx, *args, **kwargs):
     names = [a.name for a in schema.arguments]
 
     def split(value, typ):
-        ts = str(typ)
         if isinstance(value, Pair):
             re, im = parts(value, rdt)
             return re, im
