@@ -21,6 +21,12 @@ Goal: ptc >= 10x over eager at n = 1000. Ratios are printed as speedup over eage
 Without a GPU, ``--device cpu`` runs the same harness with ptc through the CPU
 simulator (``executor="sim"``): it checks the harness and the results agree; the
 timings are not meaningful.
+
+``--growing STEPS`` runs a decode step instead (a cache that grows by a row every
+call, then a while_loop on it; ``torch.compile(..., dynamic=True)``) for STEPS
+calls through stock Inductor and the ``ptc_cudagraphs`` backend (and, on the CPU,
+the backend with the simulator), and prints each one's first call, the rest's
+total and their ratio to stock: what a size that never repeats costs.
 """
 
 from __future__ import annotations
@@ -112,13 +118,71 @@ def format_results(results: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def decode_step(x: torch.Tensor, cache: torch.Tensor, n: torch.Tensor, w: torch.Tensor) -> Any:
+    """One decode step: append ``x`` to ``cache``, then ``n`` halvings of its projection."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    cache = torch.cat([cache, x], 0)
+    i0 = torch.zeros((), dtype=torch.int64, device=x.device)
+    y = while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * 0.5), (i0, (cache @ w).relu().sum(0)))[1]
+    return y, cache
+
+
+def run_growing(device: str, steps: int) -> Dict[str, Any]:
+    from ptc.cudagraph import make_backend
+
+    backends: Dict[str, Any] = {"stock inductor": "inductor", "ptc_cudagraphs": "ptc_cudagraphs"}
+    if device == "cpu":
+        backends["ptc_cudagraphs(sim)"] = make_backend(executor="sim", segments="inductor")
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 64, generator=g).to(device)
+    xs = [torch.randn(1, 64, generator=g).to(device) for _ in range(steps)]
+    results: Dict[str, Any] = {"device": device, "torch": torch.__version__, "steps": steps, "s": {}}
+    for name, backend in backends.items():
+        torch._dynamo.reset()
+        f = torch.compile(decode_step, backend=backend, dynamic=True)
+        cache = torch.zeros(4, 64, device=device)
+        times = []
+        for k, x in enumerate(xs):
+            n = torch.tensor(k % 3, device=device)
+            _sync(device)
+            t = time.perf_counter()
+            out, new_cache = f(x, cache, n, w)
+            _sync(device)
+            times.append(time.perf_counter() - t)
+            if not torch.allclose(out, decode_step(x, cache, n, w)[0], rtol=1e-4, atol=1e-4):
+                results.setdefault("errors", {})[f"{name}@{k}"] = "result differs from eager"
+            cache = new_cache
+        results["s"][name] = {"first": times[0], "rest": sum(times[1:])}
+    return results
+
+
+def format_growing(results: Dict[str, Any]) -> str:
+    s = results["s"]
+    stock = s["stock inductor"]
+    lines = [f"decode step, cache growing by a row a call, {results['steps']} calls, device {results['device']}, "
+             f"torch {results['torch']}"]  # fmt: skip
+    for name, r in s.items():
+        lines.append(f"  {name:>20}: first call {r['first']:.2f} s, the other {results['steps'] - 1} "
+                     f"{r['rest']:.3f} s ({r['rest'] / max(stock['rest'], 1e-9):.1f}x stock)")  # fmt: skip
+    for k, v in results.get("errors", {}).items():
+        lines.append(f"  error {k}: {v}")
+    return "\n".join(lines)
+
+
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", default="10,100,1000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cuda" if _compat.CUDA_AVAILABLE else "cpu")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--growing", type=int, default=0, metavar="STEPS",
+                        help="time a decode step whose cache grows every call instead")
     args = parser.parse_args(argv)
+    if args.growing:
+        grown = run_growing(args.device, args.growing)
+        print(format_growing(grown))
+        return 1 if grown.get("errors") else 0
     results = run(args.device, [int(i) for i in args.iters.split(",")], args.rounds)
     print(format_results(results))
     if args.json:
