@@ -246,20 +246,33 @@ def capture(
         out_spec_box[:] = [out_spec]
         return out
 
-    # make_fx runs ``fn`` for real: on copies of the inputs; the random numbers it draws and
-    # the parameters and buffers of the module it is (or is a method of) are put back
-    try:
+    def trace(mode: str) -> fx.GraphModule:
+        # make_fx in real mode runs ``fn`` for real: on copies of the inputs; the random numbers
+        # it draws and the parameters and buffers of the module it is (or is a method of) are put
+        # back. In fake mode it runs nothing (tensors ``fn`` holds become the graph's constants).
         with torch.no_grad(), _state_kept(fn):
-            gm = make_fx(spec_fn)(*[x.clone() for x in flat])
-    except RuntimeError as e:
-        # make_fx cannot trace a host read in straight-line code (``if mask.all():``,
-        # ``.item()``): the graph would bake in one outcome. Run ``fn`` on the host instead.
-        if "_local_scalar_dense" not in str(e) and "data-dependent" not in str(e):
-            raise
-        reason = f"host read: fn reads a device value on the host while tracing ({str(e).splitlines()[0][:160]})"
-        log.info("ptc.cudagraph: capture: %s; fn runs un-graphed", reason)
-        counters["programs_host"] += 1
-        return HostFunction(fn, reason, resolved, support)
+            if mode == "real":
+                return make_fx(spec_fn)(*[x.clone() for x in flat])
+            return make_fx(spec_fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*flat)
+
+    try:
+        gm = trace("real")
+    except Exception as e:  # noqa: BLE001 - re-raised below unless a fake trace succeeds
+        if isinstance(e, RuntimeError) and ("_local_scalar_dense" in str(e) or "data-dependent" in str(e)):
+            # make_fx cannot trace a host read in straight-line code (``if mask.all():``,
+            # ``.item()``): the graph would bake in one outcome. Run ``fn`` on the host instead.
+            reason = f"host read: fn reads a device value on the host while tracing ({str(e).splitlines()[0][:160]})"
+            log.info("ptc.cudagraph: capture: %s; fn runs un-graphed", reason)
+            counters["programs_host"] += 1
+            return HostFunction(fn, reason, resolved, support)
+        # a real trace runs both sides of every cond on the examples, and the side not taken can
+        # fail on them (an index only its predicate guards) where eager never runs it
+        try:
+            gm = trace("fake")
+        except Exception:  # noqa: BLE001 - the real trace's error is the one that explains
+            raise e from None
+        log.info("ptc.cudagraph: capture: traced on fake tensors (the real trace raised %s: %s)",
+                 type(e).__name__, str(e)[:160])  # fmt: skip
     program = CapturedProgram(gm, resolved, segments, support, warmup)
     return CapturedFunction(program, spec, out_spec_box[0], len(flat))
 

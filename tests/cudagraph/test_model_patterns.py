@@ -149,11 +149,43 @@ def _running_sum(table, i):  # rows i.. of table; no trip at all for i >= 5
     return while_loop(lambda j, acc: j < 5, body, (i.clone(), torch.zeros(1, 4)))[1]
 
 
+@pytest.mark.parametrize("example", [2, 7])
 @pytest.mark.parametrize("fn", [_lookup, _running_sum])
 @pytest.mark.parametrize("segments", ["eager", "inductor"])
-def test_an_index_guarded_by_the_predicate_is_not_read_on_the_other_side(fn, segments):
+def test_an_index_guarded_by_the_predicate_is_not_read_on_the_other_side(fn, segments, example):
     """The warm-up ran the untaken branch and a zero-trip loop body on the real values, and
-    the simulator's capture ran both sides: IndexError where eager runs."""
-    cf = cg.capture(fn, TABLE, T(2), executor="sim", segments=segments)
+    the simulator's capture ran both sides: IndexError where eager runs. capture()'s own trace
+    (make_fx, real mode) ran both sides on the examples too (example 7: out of range)."""
+    cf = cg.capture(fn, TABLE, T(example), executor="sim", segments=segments)
     for i in (5, 2, 9, 0):
         torch.testing.assert_close(cf(TABLE, T(i)), fn(TABLE, T(i)), msg=f"index {i}")
+
+
+class _GuardedLookup(torch.nn.Module):
+    """A module whose cond indexes its own parameter only on the side the predicate guards."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(5, 4, generator=torch.Generator().manual_seed(4)))
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, i):
+        row = torch.cond(
+            i < 5,
+            lambda i: self.table.index_select(0, i.reshape(1)),
+            lambda i: torch.zeros(1, 4),
+            (i,),
+        )
+        return self.proj(row)
+
+
+def test_capture_traced_on_fake_tensors_keeps_the_modules_tensors():
+    """Where the real trace fails on the examples (7 is out of range on the side not taken),
+    capture traces on fake tensors; the graph reads the module's parameters where they live."""
+    model = _GuardedLookup()
+    cf = cg.capture(model, T(7), executor="sim", segments="eager")
+    with torch.no_grad():
+        for i in (7, 3, 0, 9, 4):
+            torch.testing.assert_close(cf(T(i)), model(T(i)), msg=f"index {i}")
+        model.table.mul_(2)  # an update in place (an optimizer step) is seen by the replay
+        torch.testing.assert_close(cf(T(3)), model(T(3)))
