@@ -147,8 +147,10 @@ def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple
     dynamic: a size it specialises (even one it only formats into a string), a
     divisibility it guards. Stock ``torch.compile`` runs such a model, so ptc
     changes how it marks those variables' dims (``BoundSpec.softened``) and
-    logs the constraints in spec terms (:func:`explain`; where export sees
-    none, torch's message): first as unbacked sizes (no guard can specialise
+    logs the constraints in spec terms (:func:`explain` through a strict
+    export, which does not run the model's Python again, so its side effects
+    happen once, as under stock compile; where it sees none, torch's message):
+    first as unbacked sizes (no guard can specialise
     them: one graph for every size where the model allows it), and, if that
     call fails too, with ``maybe_mark_dynamic``, torch's own automatic dynamic
     (it may specialise or recompile for them). Anything else is raised as it
@@ -166,13 +168,15 @@ def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple
     violation = diagnose.violation(failure)
     if violation is None:
         raise failure
-    try:
-        found = _explain(obj, args, kwargs, strict=False)
-    except Exception:  # noqa: BLE001 - the diagnosis is best effort; torch's error stands
-        found = []
+    # the constraints in spec terms, from a strict export (Dynamo: the model's Python is not run
+    # again, so its side effects happen once, as under stock compile)
+    found = _explain_best_effort(obj, args, kwargs, strict=True)
     named = {n for c in found for n in c.vars} or _violated_vars(bound, violation)
     names = (named or {v.name for v in bound.spec.vars}) - bound.softened.keys()
     if not names:
+        # about to raise: a call that fails anyway may run the model's Python once more (a
+        # non-strict export) to name the constraints where Dynamo's export could not
+        found = found or _explain_best_effort(obj, args, kwargs, strict=False)
         if not found:
             raise failure
         raise diagnose.constraint_error(f"torch.compile({_qualname(obj)})", found) from failure
@@ -184,6 +188,13 @@ def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple
         "compiling those dims as unbacked sizes (no guard can fix them), or if that fails as torch.compile "
         "does by itself", _qualname(obj), ", ".join(sorted(names)), why,
     )
+
+
+def _explain_best_effort(obj: Any, args: tuple, kwargs: dict, *, strict: bool) -> List["diagnose.Constraint"]:
+    try:
+        return _explain(obj, args, kwargs, strict=strict)
+    except Exception:  # noqa: BLE001 - the diagnosis is best effort; torch's error stands
+        return []
 
 
 def _violated_vars(bound: BoundSpec, violation: BaseException) -> set:

@@ -54,7 +54,11 @@ def begin_compiled_call(bound: BoundSpec, args: Sequence[Any], kwargs: Dict[str,
     spec, so no other frame matches them).
     """
     tensors, unmentioned = bound.checker(*args, **kwargs)
-    saved = snapshot_attributes(list(tensors) + pytree.tree_leaves((list(args), kwargs)))
+    # the unmentioned parameters include defaults the caller did not pass (``y=torch.ones(3)``),
+    # which apply_marks marks static too: they are the caller's tensors as much as the arguments
+    saved = snapshot_attributes(
+        list(tensors) + pytree.tree_leaves((list(args), kwargs)) + pytree.tree_leaves(list(unmentioned))
+    )
     sources = _compat.symbolic_int_sources(
         dynamic=[s for s, kind in bound.int_sources if kind == "backed"],
         unbacked=[s for s, kind in bound.int_sources if kind == "unbacked"],

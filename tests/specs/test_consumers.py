@@ -270,3 +270,45 @@ def test_compile_leaves_no_marks_on_the_tensors_inside_a_subclass(declared):
     torch.compile(f, backend="eager", fullgraph=True)(x)
     after = {name: dict(vars(t)) for name, t in (("x", x), ("x.a", a), ("x.b", b))}
     assert after == before
+
+
+@pytest.mark.parametrize("kind", ["positional", "keyword-only"])
+def test_compile_leaves_no_marks_on_a_default_argument(kind):
+    """With unspecified="static", a parameter the spec does not mention is marked static,
+    including a default the caller did not pass: the default tensor kept its marks after the
+    call (stock compile leaves it clean)."""
+    default = torch.ones(3)
+    spec = {"x": tensor(Var("B", min=1, max=64), 4)}
+    if kind == "positional":
+
+        def f(x, y=default):
+            return x.sum() + y.sum()
+
+    else:
+
+        def f(x, *, y=default):
+            return x.sum() + y.sum()
+
+    decorated = dynamic_spec(spec, unspecified="static")(f)
+    torch._dynamo.reset()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(torch.compile(decorated, backend="eager")(x), f(x))
+    assert vars(default) == {}
+
+
+def test_a_compiled_call_that_specialises_a_variable_runs_the_model_once():
+    """The model fixes T (a size formatted into a string): ptc softens T and compiles again.
+    Its diagnosis exported the model non-strict, which ran the model's Python once more with
+    symbolic sizes (a side effect happened twice, once with 's27' in it); stock compile runs it
+    once."""
+    seen = []
+
+    @dynamic_spec({"x": tensor(Var("B", min=1, max=64), Var("T", min=8, max=4096))})
+    def f(x):
+        seen.append(f"{x.shape[1]}")
+        return x * 2
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(torch.compile(f, backend="eager")(x), x * 2)
+    assert seen == ["16"]
