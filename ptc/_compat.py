@@ -24,7 +24,8 @@ import importlib
 import importlib.util
 import inspect
 import logging
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -49,16 +50,31 @@ def _probe(fn: Callable[[], bool]) -> Callable[[], bool]:
     return cached
 
 
+@contextlib.contextmanager
+def excepthook_kept() -> Iterator[None]:
+    """Put ``sys.excepthook`` back after the block. Importing ``cutlass`` (CUTLASS's DSL)
+    replaces it with a hook that cuts frames out of every uncaught exception's traceback, the
+    user's own included; ptc imports it (and finds submodules, which imports the package)
+    inside this."""
+    hook = sys.excepthook
+    try:
+        yield
+    finally:
+        sys.excepthook = hook
+
+
 def _module_exists(name: str) -> bool:
     try:
-        return importlib.util.find_spec(name) is not None
+        with excepthook_kept():  # finding a submodule imports its package
+            return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):  # a parent package is missing or broken
         return False
 
 
 def _imports(name: str) -> bool:
     try:
-        importlib.import_module(name)
+        with excepthook_kept():
+            importlib.import_module(name)
     except Exception:  # noqa: BLE001 - any failure means "not importable here"
         return False
     return True

@@ -33,7 +33,8 @@ def available() -> bool:
 def _co():
     if not available():
         raise CatalogUnavailable("nvidia-cutlass-operators (pip install 'ptc[gemm]')")
-    import cutlass.operators as co
+    with _compat.excepthook_kept():
+        import cutlass.operators as co
 
     return co
 

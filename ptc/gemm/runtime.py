@@ -26,6 +26,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from ptc import _compat
 from ptc.errors import FeatureUnavailable, PtcValueError, WrongResult
 
 __all__ = [
@@ -58,7 +59,8 @@ def find_operator(operator: str, arch: str, args):
     Raises:
       FeatureUnavailable: no such operator supports these arguments.
     """
-    import cutlass.operators as co
+    with _compat.excepthook_kept():
+        import cutlass.operators as co
 
     for op in co.get_operators(args=args, target_sm=arch):
         if op.metadata.operator_name == operator:
@@ -262,7 +264,8 @@ def gemm_arguments(a, b, out, epilogue_source: Optional[str] = None, operands: O
     """``cutlass.operators.GemmArguments`` for these tensors, built from scratch (about 0.4 ms of
     host time per call in cutlass.operators 0.3.0: it derives a symbolic layout per tensor).
     With :data:`BLOCK_SCALES` operands, A and B are block-scaled operands (128 x 4 tiled scales)."""
-    import cutlass.operators as co
+    with _compat.excepthook_kept():
+        import cutlass.operators as co
 
     if operands and BLOCK_SCALES[0] in operands:
         from ptc.gemm.blockscale import block_of

@@ -181,3 +181,25 @@ def test_select_invariants(cands, cap, per_tile, efc):
     capped = [c for c, r in dropped if r.startswith("cap")]
     assert all(c.estimate_us >= max(s.estimate_us for s in sel) for c in capped)
     assert select(list(reversed(cands)), max_candidates=cap, per_tile=per_tile, efc=efc)[0] == sel
+
+
+def test_planning_leaves_the_processes_excepthook_alone():
+    """Importing cutlass replaces sys.excepthook with one that cuts frames out of every
+    uncaught exception's traceback; ptc's probes and planning import it and put the hook back.
+    A fresh interpreter, since cutlass installs its hook once per process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "hook = sys.excepthook\n"
+        "import ptc.gemm\n"
+        "from ptc import _compat\n"
+        "assert _compat.CUTLASS_DSL and _compat.CUTLASS_OPERATORS\n"
+        "ptc.gemm.plan(ptc.gemm.GemmProblem('mm', 16, 14336, 4096), 'B200', epilogue='bias,silu')\n"
+        "assert 'cutlass' in sys.modules\n"
+        "print(sys.excepthook is hook)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True"
