@@ -294,22 +294,38 @@ class HostFunction:
 
 @contextlib.contextmanager
 def _state_kept(fn: Callable[..., Any]) -> Iterator[None]:
-    """Put back, after the block, the CPU random number generator's state and the values of
-    the parameters and buffers of ``fn``'s module (``fn`` itself, or the object of a bound
-    method), e.g. BatchNorm's running statistics in training mode."""
+    """Put back, after the block, the random number generators' states (torch's CPU and, where
+    initialised, CUDA generators, Python's ``random``, NumPy's global one) and the values and
+    version counters of the parameters and buffers of ``fn``'s module (``fn`` itself, or the
+    object of a bound method), e.g. BatchNorm's running statistics in training mode: a tensor
+    that autograd saved before the block can still be used for backward after it."""
+    import random
+    import sys
+
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     state = []
     if isinstance(module, torch.nn.Module):
-        state = [(t, t.detach().clone()) for t in itertools.chain(module.parameters(), module.buffers())]
+        state = [(t, t.detach().clone(), t._version) for t in itertools.chain(module.parameters(), module.buffers())]
     rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    py_rng = random.getstate()
+    numpy = sys.modules.get("numpy")
+    np_rng = numpy.random.get_state() if numpy is not None else None
     try:
         yield
     finally:
         torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        random.setstate(py_rng)
+        if np_rng is not None:
+            numpy.random.set_state(np_rng)
         with torch.no_grad():
-            for t, old in state:
+            for t, old, version in state:
                 if not torch.equal(t, old):
                     t.copy_(old)
+                if t._version != version:
+                    torch._C._autograd._unsafe_set_version_counter((t,), (version,))
 
 
 class CapturedFunction:

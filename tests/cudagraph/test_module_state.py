@@ -77,6 +77,32 @@ def test_capture_draws_no_random_numbers():
     assert torch.equal(before, torch.get_rng_state())
 
 
+def test_capture_leaves_pythons_and_numpys_generators_and_saved_buffers_usable():
+    """capture() ran fn for real and put torch's generator back, not Python's or NumPy's; and
+    it put a buffer's values back with an in-place copy, so a graph that had saved the buffer
+    for backward raised "modified by an inplace operation"."""
+    import random
+
+    import numpy
+
+    def jittered(x):
+        return x * (1 + random.random() + float(numpy.random.rand()))
+
+    random.seed(0), numpy.random.seed(0)
+    py, np_ = random.getstate(), numpy.random.get_state()
+    capture(jittered, torch.ones(2), executor="sim", segments="eager")
+    assert random.getstate() == py
+    assert all(numpy.array_equal(a, b) if isinstance(a, numpy.ndarray) else a == b
+               for a, b in zip(numpy.random.get_state(), np_))  # fmt: skip
+
+    model = Counting().train()
+    w = torch.ones(2, requires_grad=True)
+    loss = (model.bn.running_mean * w).sum()  # saves running_mean for backward
+    capture(model, torch.randn(3, 2), T(1), executor="sim", segments="eager")
+    loss.backward()
+    assert torch.equal(w.grad, model.bn.running_mean)
+
+
 def test_small_integer_buffers_made_during_capture():
     def f(x, n):
         return _loop(x.to(torch.uint8), n) + _loop(x.to(torch.int8), n).to(torch.uint8)
