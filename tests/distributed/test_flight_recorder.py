@@ -572,6 +572,18 @@ def test_signal_dumps_from_the_recorder_thread_and_close_restores(core, tmp_path
     assert errors and "only be installed from the main thread" in errors[0]
 
 
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_a_signal_without_handlers_is_refused_and_leaves_the_signal_free():
+    """SIGKILL takes no handler: a raw OSError, and the recorder stayed the process's signal
+    owner, so every later recorder with a dump signal was refused."""
+    with pytest.raises(PtcValueError, match="dump_signal = SIGKILL: no handler can be installed"):
+        FlightRecorder(dump_signal=signal.SIGKILL)
+    before = signal.getsignal(signal.SIGUSR1)
+    recorder = FlightRecorder(dump_signal=signal.SIGUSR1)
+    recorder.close()
+    assert signal.getsignal(signal.SIGUSR1) == before
+
+
 def test_store_carries_dump_requests_to_peers(core, tmp_path):
     store = dist.HashStore()
     ranks = SimulatedRanks(3, tmp_path, store=store, poll_interval=0.05, core=core)

@@ -39,8 +39,13 @@ class _Signals:
                     "close it first"
                 )
             _SIGNAL_OWNER = self
+        try:
+            self._signal_prev_handler = signal.signal(signum, self._on_signal)
+        except (OSError, ValueError) as e:  # SIGKILL, SIGSTOP: no handler can be installed
+            with _SIGNAL_LOCK:
+                _SIGNAL_OWNER = None
+            raise PtcValueError(f"dump_signal = {signum.name}: no handler can be installed for it ({e})") from None
         self._signal = int(signum)
-        self._signal_prev_handler = signal.signal(signum, self._on_signal)
         previous_fd = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         if previous_fd != -1:  # someone (asyncio) owns the wake-up fd: leave it theirs
             signal.set_wakeup_fd(previous_fd)
