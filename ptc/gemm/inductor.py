@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -258,6 +259,7 @@ class GemmSession:
             _extern_choice("reference_mm", prefix="ptc_")
         self._config_patch = config.patch(patches)
         self._config_patch.__enter__()
+        self._thread = threading.get_ident()  # torch's config patches belong to a thread
         sa.add_preprocessing_fn(self._preprocess)
         sa.add_feedback_saver(self._feedback)
         self._choices_ctx = _install_tie_break(self)
@@ -268,10 +270,17 @@ class GemmSession:
         return self.target.name if self.target is not None else "auto"
 
     def disable(self) -> None:
-        """Remove ptc's hooks and restore Inductor's backend setting (idempotent)."""
+        """Remove ptc's hooks and restore Inductor's backend setting (idempotent). Call it
+        from the thread that called ``enable()``: torch's config patches are per thread, so
+        from another one nothing is changed and ``PtcValueError`` says so."""
         global _ACTIVE
         if not self.active:
             return
+        if threading.get_ident() != self._thread:
+            raise PtcValueError(
+                "ptc.gemm: disable() from another thread than the one that called enable(); "
+                "torch's Inductor config patch it undoes belongs to that thread (nothing was changed)"
+            )
         from torch._inductor import select_algorithm as sa
 
         cache = sa.get_algorithm_selector_cache()

@@ -184,6 +184,41 @@ def test_enable_validates_and_disable_restores():
             list(sa.get_algorithm_selector_cache().preprocessing_fns)) == before
 
 
+def test_disable_from_another_thread_is_refused_and_changes_nothing():
+    """torch's config patch is per thread: disable() from another thread raised torch's
+    AssertionError half way (hooks removed, the enabling thread's config still patched, the
+    session still active so enable() was refused from then on)."""
+    import threading
+
+    from torch._inductor import config
+    from torch._inductor import select_algorithm as sa
+
+    before = (config.max_autotune_gemm_backends, config.pre_grad_custom_pass)
+    s = gemm.enable(("NVGEMM", "ATEN"), device_types=("cpu",))
+    patched = (config.max_autotune_gemm_backends, config.pre_grad_custom_pass,
+               list(sa.get_algorithm_selector_cache().preprocessing_fns))  # fmt: skip
+    errors = []
+
+    def other():
+        try:
+            s.disable()
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+            errors.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(timeout=30)
+    try:
+        assert len(errors) == 1 and isinstance(errors[0], PtcValueError), errors
+        assert "from another thread than the one that called enable()" in str(errors[0])
+        assert s.active and gemm.active_session() is s
+        assert (config.max_autotune_gemm_backends, config.pre_grad_custom_pass,
+                list(sa.get_algorithm_selector_cache().preprocessing_fns)) == patched  # fmt: skip
+    finally:
+        s.disable()
+    assert (config.max_autotune_gemm_backends, config.pre_grad_custom_pass) == before
+
+
 def test_enable_without_a_cuda_device_is_feature_unavailable(monkeypatch):
     from ptc import FeatureUnavailable, _compat
 
