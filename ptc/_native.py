@@ -10,6 +10,7 @@ Users of an extension decide when to build (:meth:`Extension.load` with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -18,7 +19,7 @@ import shutil
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import torch
 
@@ -32,14 +33,37 @@ def missing_tools() -> Optional[str]:
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         return f"a C++ compiler ({compiler!r} is not on PATH; install g++ or set CXX)"
-    if shutil.which("ninja") is None:
-        try:
-            import ninja  # the PyPI package ships the binary  # type: ignore[import-not-found]
-
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-        except ImportError:
-            return "ninja (pip install ninja)"
+    if shutil.which("ninja") is None and _ninja_package_dir() is None:
+        return "ninja (pip install ninja)"
     return None
+
+
+def _ninja_package_dir() -> Optional[str]:
+    """Where the ``ninja`` PyPI package keeps its binary (None: not installed)."""
+    try:
+        import ninja  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return ninja.BIN_DIR
+
+
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """``PATH`` with the ``ninja`` package's binary during the block (torch's builder runs
+    ``ninja`` from ``PATH``), as it was after it."""
+    package_dir = None if shutil.which("ninja") is not None else _ninja_package_dir()
+    if package_dir is None:
+        yield
+        return
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = package_dir + os.pathsep + (before or "")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
 
 
 class Extension:
@@ -124,7 +148,7 @@ class Extension:
         directory = self.build_dir()
         directory.mkdir(parents=True, exist_ok=True)
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _ninja_on_path():
                 warnings.simplefilter("ignore")
                 return load_extension(self.module_name(), [str(self.source)], build_directory=str(directory),
                                       extra_cflags=["-O2"], verbose=False)  # fmt: skip

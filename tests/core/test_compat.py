@@ -232,3 +232,22 @@ def test_dynamo_reads_scalars_only_where_a_graph_may_hold_them():
     torch._dynamo.reset()
     torch.compile(torch.vmap(f), backend="eager", fullgraph=True)(torch.ones(3, 2))  # under a transform
     assert seen == [True, False, False]
+
+
+def test_asking_what_a_native_build_needs_leaves_path_alone(monkeypatch, tmp_path):
+    """With ninja only in the PyPI package, the capability query put the package's directory
+    on the process's PATH for good; now only the build itself sees it, for its duration."""
+    import os
+    import shutil
+
+    from ptc import _native
+
+    monkeypatch.setattr(_native, "_ninja_package_dir", lambda: str(tmp_path))
+    real_which = shutil.which
+    monkeypatch.setattr(_native.shutil, "which", lambda name, *a, **k: None if name == "ninja" else real_which(name, *a, **k))
+    before = os.environ.get("PATH")
+    assert _native.missing_tools() is None or "compiler" in _native.missing_tools()
+    assert os.environ.get("PATH") == before
+    with _native._ninja_on_path():
+        assert os.environ["PATH"].split(os.pathsep)[0] == str(tmp_path)
+    assert os.environ.get("PATH") == before
