@@ -11,7 +11,7 @@ Sizes are capped (``max_size``) so generated tensors stay small.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from hypothesis import strategies as st
@@ -77,12 +77,18 @@ def _consistent(bound: BoundSpec, b: Dict[Var, int]) -> bool:
     return all(_value(a, b) for a in bound.spec.assumptions)
 
 
+def _tensor(shape: List[int]) -> torch.Tensor:
+    """A tensor of ``shape`` drawn from a generator of its own: strategies leave torch's global
+    random number generator (which the user's test may have seeded) where it was."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(0))
+
+
 def _build(bound: BoundSpec, b: Dict[Var, int], static_size: int) -> Tuple[tuple, dict]:
     values: Dict[str, Any] = {}
     for leaf in bound.leaves:
         if isinstance(leaf.spec, TensorSpec):
             shape = [static_size if d is STATIC else _value(d, b) for d in leaf.spec.dims]
-            value: Any = torch.randn(shape)
+            value: Any = _tensor(shape)
         else:
             value = _value(leaf.spec, b)
         param = bound.key_to_param[leaf.param]
@@ -149,7 +155,7 @@ def invalid_calls(obj: Any, *, max_size: int = 16) -> st.SearchStrategy:
             shape = list(value.shape)
             j = which % len(shape)
             shape[j] = max(shape[j] + delta, 0)
-            container[key] = torch.randn(shape)
+            container[key] = _tensor(shape)
         else:
             container[key] = max(value + delta, 0)
         try:

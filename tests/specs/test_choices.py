@@ -206,6 +206,16 @@ def test_invalid_draws_fall_outside_the_choices(call):
         h_only(**kwargs)
 
 
+def test_drawing_calls_leaves_torchs_generator_where_it_was():
+    """The strategies made their tensors with torch.randn on the global generator: a
+    hypothesis test that seeded torch saw its numbers shift with every draw."""
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    find(valid_calls(h_only, max_size=16), lambda call: call[1]["x"].shape[0] == 32)
+    find(invalid_calls(h_only, max_size=16), lambda call: True)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_native_spec_refuses_choices():
     with pytest.raises(ptc.SpecError, match="to_native: torch's ShapesSpec has no allowed-value sets, and H has choices"):
         native_spec(heads())
