@@ -149,10 +149,18 @@ def _pow(ctx, a, b):
             re, im = _sqrt_parts(*pa)
             return Pair(re, im, dt)
     pb = parts(b, rdt)
-    lr, li = _log_parts(*(_t(p, pa[0] if isinstance(pa[0], torch.Tensor) else pb[0]) for p in pa))
+    like = pa[0] if isinstance(pa[0], torch.Tensor) else pb[0]
+    ar, ai = (_t(p, like) for p in pa)
+    lr, li = _log_parts(ar, ai)
     er, ei = cmul((lr, li), pb)
     re, im = _exp_parts(er, ei)
-    # 0 ** b with b != 0 is 0 in eager (std::pow); exp(b*log(0)) gives nan for complex b
+    # 0 ** b: exp(b * log(0)) is nan (-inf * 0); eager gives 0 for Re b > 0, inf + nan i for
+    # Re b < 0 and nan + nan i for Re b == 0
+    zero = (ar == 0) & (ai == 0)
+    br = _t(pb[0], like)
+    nan = float("nan")
+    re = torch.where(zero, torch.where(br > 0, 0.0, torch.where(br < 0, float("inf"), nan)), re)
+    im = torch.where(zero, torch.where(br > 0, 0.0, nan), im)
     return Pair(re, im, dt)
 
 
@@ -262,25 +270,33 @@ def _rsqrt(ctx, a):
 @rule(aten.sin.default, group="elementwise")
 def _sin(ctx, a):
     x, y = a.re, a.im
-    return Pair(torch.sin(x) * torch.cosh(y), torch.cos(x) * torch.sinh(y), a.dtype)
+    return Pair(_times(torch.cosh(y), torch.sin(x)), torch.cos(x) * torch.sinh(y), a.dtype)
+
+
+def _times(big, small):
+    """``big * small`` where ``small`` may be an exact zero (the sine of a zero part) and
+    ``big`` overflow to inf (cosh, sinh of a large part): that product is the zero, signed as
+    the product (C99 and eager: ``sinh(100 + 0j)`` has Im 0, not inf * 0 = nan)."""
+    zero = torch.where(torch.signbit(big) ^ torch.signbit(small), -0.0, 0.0)
+    return torch.where(small == 0, zero, big * small)
 
 
 @rule(aten.cos.default, group="elementwise")
 def _cos(ctx, a):
     x, y = a.re, a.im
-    return Pair(torch.cos(x) * torch.cosh(y), -(torch.sin(x) * torch.sinh(y)), a.dtype)
+    return Pair(torch.cos(x) * torch.cosh(y), -_times(torch.sinh(y), torch.sin(x)), a.dtype)
 
 
 @rule(aten.sinh.default, group="elementwise")
 def _sinh(ctx, a):
     x, y = a.re, a.im
-    return Pair(torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.sin(y), a.dtype)
+    return Pair(torch.sinh(x) * torch.cos(y), _times(torch.cosh(x), torch.sin(y)), a.dtype)
 
 
 @rule(aten.cosh.default, group="elementwise")
 def _cosh(ctx, a):
     x, y = a.re, a.im
-    return Pair(torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y), a.dtype)
+    return Pair(torch.cosh(x) * torch.cos(y), _times(torch.sinh(x), torch.sin(y)), a.dtype)
 
 
 def _tanh_parts(x, y):
@@ -321,8 +337,12 @@ def _sigmoid(ctx, a):
 
 
 def _asinh_parts(x, y):
-    """asinh(z) = log(z + sqrt(z^2 + 1)), evaluated for Re z >= 0 and mirrored (odd function)."""
-    sgn = torch.where(x < 0, -1.0, 1.0)
+    """asinh(z) = log(z + sqrt(z^2 + 1)), evaluated for Re z >= +0 and mirrored (odd function).
+
+    ``Re z = -0.0`` is mirrored too (its sign bit): ``asin`` / ``acos`` of a real number pass
+    ``-Im z = -0.0``, and unmirrored it put the square root on the other side of the branch
+    cut, where ``ay + si`` cancels (digits lost, ``-inf`` for large ``|y|``)."""
+    sgn = torch.where(torch.signbit(x), -1.0, 1.0)
     ax = x * sgn
     ay = y * sgn
     # z^2 + 1 = (ax^2 - ay^2 + 1) + i 2 ax ay ; computed as (ax - ay)(ax + ay) + 1 for accuracy
@@ -360,10 +380,10 @@ def _acos(ctx, a):
 def _acosh(ctx, a):
     re, im = _asinh_parts(-a.im, a.re)
     ar, ai = math.pi / 2 - im, re  # acos(z)
-    # acosh(z) = +-i acos(z), choosing Re >= 0
-    out_re, out_im = -ai, ar
-    flip = out_re < 0
-    return Pair(torch.where(flip, -out_re, out_re), torch.where(flip, -out_im, out_im), a.dtype)
+    # acosh(z) = +-i acos(z) with Re >= 0, and Im of the sign of Im z (its sign bit: a real z
+    # in (-1, 1) with -0.0 as Im has a negative Im). Choosing the sign from Re's computed sign
+    # flipped at random there, where Re is a rounding residue around 0
+    return Pair(ai.abs(), torch.copysign(ar, a.im), a.dtype)
 
 
 def _atanh_parts(x, y):

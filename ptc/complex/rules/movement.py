@@ -96,8 +96,26 @@ def _as_destination(pair: Pair) -> Pair:
     return Pair(pair.re * 1.0, pair.im * 1.0, pair.dtype)
 
 
+@rule(aten.as_strided_scatter.default, group="movement", note="on the interleaved (re, im) storage")
+def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """Its size, strides and offset address the storage of ``x.clone()`` (applied to each
+    part, they addressed the planes' storage instead: wrong values, and Inductor wrote a
+    one-element input in place). Where that clone is contiguous, its storage is the
+    interleaved pairs ``stack((re, im), -1)``, a tensor of its own, addressed with doubled
+    strides and offset; other layouts run on ATen."""
+    out = ctx.out
+    if not (isinstance(out, torch.Tensor) and out.is_contiguous()):
+        return NotImplemented
+    rdt = real_dtype(out.dtype)
+    pairs = torch.stack(parts(x, rdt), -1)
+    values = torch.stack(parts(src, rdt), -1)
+    offset = 0 if storage_offset is None else storage_offset  # a clone starts its storage
+    y = torch.as_strided_scatter(pairs, values, [*size, 2], [*(2 * s for s in stride), 1], 2 * offset)
+    return Pair(y[..., 0], y[..., 1], out.dtype)
+
+
 #: data-movement ops whose first argument is the tensor written into (functional scatters);
-#: not ``as_strided_scatter``, whose strides address the whole of ``self``'s storage
+#: not ``as_strided_scatter``, whose strides address the whole of ``self``'s storage (above)
 _WRITES_INTO_SELF = set(_ops(
     "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two", "index_put.default",
     "_unsafe_index_put.default", "index_add.default", "masked_scatter.default", "slice_scatter.default",
@@ -109,7 +127,7 @@ _MOVEMENT = _ops(
     "index.Tensor", "_unsafe_index.Tensor", "index_select.default", "gather.default", "scatter.src",
     "scatter.value", "scatter_add.default", "scatter_reduce.two", "index_put.default",
     "_unsafe_index_put.default", "index_add.default", "masked_scatter.default", "slice_scatter.default",
-    "select_scatter.default", "diagonal_scatter.default", "as_strided_scatter.default", "repeat.default",
+    "select_scatter.default", "diagonal_scatter.default", "repeat.default",
     "index_fill.int_Scalar", "index_fill.int_Tensor", "index_copy.default", "tril.default",
     "triu.default", "take.default", "reflection_pad1d.default", "replication_pad1d.default",
     "zero.default", "rot90.default", "roll.default", "clone.default",
