@@ -12,6 +12,8 @@ import collections
 import contextlib
 import itertools
 import logging
+import random
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -299,9 +301,6 @@ def _state_kept(fn: Callable[..., Any]) -> Iterator[None]:
     version counters of the parameters and buffers of ``fn``'s module (``fn`` itself, or the
     object of a bound method), e.g. BatchNorm's running statistics in training mode: a tensor
     that autograd saved before the block can still be used for backward after it."""
-    import random
-    import sys
-
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     state = []
     if isinstance(module, torch.nn.Module):

@@ -33,6 +33,12 @@ def available() -> bool:
 def _co():
     if not available():
         raise CatalogUnavailable("nvidia-cutlass-operators (pip install 'ptc[gemm]')")
+    return cutlass_operators_module()
+
+
+def cutlass_operators_module():
+    """``import cutlass.operators``, keeping ``sys.excepthook`` (CUTLASS's DSL replaces it
+    when first imported: :func:`ptc._compat.excepthook_kept`)."""
     with _compat.excepthook_kept():
         import cutlass.operators as co
 

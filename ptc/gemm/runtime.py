@@ -26,8 +26,8 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from ptc import _compat
 from ptc.errors import FeatureUnavailable, PtcValueError, WrongResult
+from ptc.gemm import catalog
 
 __all__ = [
     "ptc_nvgemm_mm", "ptc_nvgemm_addmm", "ptc_nvgemm_bmm", "ptc_nvgemm_scaled_mm", "ptc_nvgemm_block_scaled_mm",
@@ -59,8 +59,7 @@ def find_operator(operator: str, arch: str, args):
     Raises:
       FeatureUnavailable: no such operator supports these arguments.
     """
-    with _compat.excepthook_kept():
-        import cutlass.operators as co
+    co = catalog.cutlass_operators_module()
 
     for op in co.get_operators(args=args, target_sm=arch):
         if op.metadata.operator_name == operator:
@@ -264,8 +263,7 @@ def gemm_arguments(a, b, out, epilogue_source: Optional[str] = None, operands: O
     """``cutlass.operators.GemmArguments`` for these tensors, built from scratch (about 0.4 ms of
     host time per call in cutlass.operators 0.3.0: it derives a symbolic layout per tensor).
     With :data:`BLOCK_SCALES` operands, A and B are block-scaled operands (128 x 4 tiled scales)."""
-    with _compat.excepthook_kept():
-        import cutlass.operators as co
+    co = catalog.cutlass_operators_module()
 
     if operands and BLOCK_SCALES[0] in operands:
         from ptc.gemm.blockscale import block_of

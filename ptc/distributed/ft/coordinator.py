@@ -71,9 +71,10 @@ that connection (a registered worker that does so is a failed worker) and
 is logged as ``rejected`` (at most ``REJECTIONS_LOGGED_PER_S`` a second, the
 rest counted once a second; after ``MAX_REJECTIONS_LOGGED`` such records in
 the coordinator's life, only counted, once every ``FLOOD_SUMMARY_INTERVAL``
-seconds, so a flood that never stops adds a line a minute to the log).  At most ``MAX_PENDING`` (or the world size, if larger)
-connections wait for their hello (a new one closes the oldest); when ``accept`` runs out of descriptors the
-listening socket rests for ``ACCEPT_BACKOFF`` seconds; an exception while
+seconds, so a flood that never stops adds a line a minute to the log).  At
+most ``MAX_PENDING`` (or the world size, if larger) connections wait for
+their hello (a new one closes the oldest); when ``accept`` runs out of
+descriptors the listening socket rests for ``ACCEPT_BACKOFF`` seconds; an exception while
 handling one connection is logged (``internal_error``) and closes it.
 
 Scale: the coordinator holds one idle TCP connection per worker and handles
