@@ -311,6 +311,19 @@ def _control_flow_exceptions():
 _CONTROL_FLOW = _control_flow_exceptions()
 
 
+def _eager_fallback_exceptions():
+    from torch._dynamo import exc
+
+    return tuple(getattr(exc, "exceptions_allowed_to_be_fallback", ()))
+
+
+#: exceptions a backend may raise for Dynamo to run the frame eagerly instead (a data-dependent
+#: output shape met while tracing, an operator fake tensors cannot run): where stock Inductor raises
+#: one of them on the same graph, ptc lets stock's go through, so the frame runs as it would under
+#: stock compile, not counted as a failure of ptc
+_EAGER_FALLBACK = _eager_fallback_exceptions()
+
+
 class ComplexBackend:
     """A ``torch.compile`` backend: Inductor with complex values rewritten to real arithmetic.
 
@@ -434,8 +447,24 @@ class ComplexBackend:
         except Exception as e:  # noqa: BLE001 - any failure of ptc's compile: compile the stock way
             if self.strict:
                 raise
+            if isinstance(e, _EAGER_FALLBACK):
+                return self._stock_or_eager(gm, example_inputs, e)
             self._fell_back("a Dynamo graph", e)
         return compile_fx(gm, example_inputs, config_patches=dict(self.options))
+
+    def _stock_or_eager(self, gm, example_inputs, error: BaseException):
+        """Stock Inductor's compile of a graph whose ptc compile raised ``error``, one of the
+        exceptions that make Dynamo run the frame eagerly: where stock raises one of them too, that
+        one goes to Dynamo (as under ``torch.compile(f)``), and ptc records no fallback of its own."""
+        from torch._inductor.compile_fx import compile_fx
+
+        try:
+            compiled = compile_fx(gm, example_inputs, config_patches=dict(self.options))
+        except _EAGER_FALLBACK as stock_error:
+            log.debug("ptc.complex: stock Inductor raises %s on this graph too: Dynamo runs it eagerly", type(stock_error).__name__)
+            raise
+        self._fell_back("a Dynamo graph", error)
+        return compiled
 
     def _aot_eager(self, gm, example_inputs):
         from functorch.compile import make_boxed_func, min_cut_rematerialization_partition

@@ -98,6 +98,47 @@ def test_backward_graph_falls_back_alone(monkeypatch):
     assert len(backend.report.stock_graphs) == 1 and "no backward today" in backend.report.stock_graphs[0]
 
 
+def _narrow_at(z, start):  # a tensor start: its value decides the output, so tracing cannot see it
+    return torch.narrow(z, 0, start, 8) * 2j
+
+
+def test_a_graph_stock_inductor_hands_back_to_eager_runs_eagerly_as_under_stock():
+    """Stock Inductor raises DataDependentOutputException on this graph and Dynamo runs the frame
+    eagerly; ptc raised the same, compiled the graph the stock way (a second compile, raising again)
+    and counted it as its own failure."""
+    from torch._dynamo.utils import counters
+
+    z, _ = _inputs()
+    start = torch.tensor(3)
+    runs = {}
+    for name, backend in (("stock", "inductor"), ("ptc", pc.backend())):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.testing.assert_close(torch.compile(_narrow_at, backend=backend)(z, start), _narrow_at(z, start))
+        runs[name] = sum(counters["unimplemented"].values())
+    assert runs == {"stock": 1, "ptc": 1}  # the frame ran eagerly, in both
+    assert backend.report.stock_graphs == []
+
+
+def test_a_data_dependent_failure_of_ptcs_own_compile_still_falls_back(monkeypatch):
+    """Where only ptc's compile raises one of those exceptions, the graph is compiled the stock way."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    def refuse(*args, **kwargs):
+        raise DataDependentOutputException(aten.exp.default)
+
+    table = dict(pcb.decompositions())
+    table[aten.exp.default] = refuse
+    monkeypatch.setattr(pcb, "decompositions", lambda: table)
+    torch._dynamo.reset()
+    z, w = _inputs()
+    backend = pc.backend()
+    out = torch.compile(f, backend=backend, fullgraph=True)(z, w)
+    torch.testing.assert_close(out, f(z, w))
+    assert [r.split(":")[0] for r in backend.report.stock_graphs] == ["a Dynamo graph"]
+    assert "DataDependentOutputException" in backend.report.stock_graphs[0]
+
+
 def test_compile_refuses_what_is_not_callable():
     from ptc.errors import PtcTypeError
 

@@ -136,3 +136,14 @@ def test_sweep_counts_a_wrong_answer_and_a_failure():
     assert sweep._equal(torch.tensor([1.0 + 1j]), torch.tensor([1.0 + 1.1j])) is not None
     assert sweep._equal(torch.tensor([1.0 + 1j]), torch.tensor([1.0 + 1j])) is None
     assert sweep._equal((torch.tensor([True]),), (torch.tensor([False]),)) is not None
+
+
+def test_sweep_counts_a_frame_dynamo_ran_eagerly_as_not_fused():
+    """``narrow`` with a tensor start: stock Inductor raises a data-dependent exception and Dynamo
+    runs the frame eagerly (counted under "unimplemented", not "graph_break"): not fused, for
+    stock (the harness called it fused) and for ptc, which lets stock's exception through
+    instead of compiling the graph a second time and reporting a fallback of its own."""
+    res = sweep.run_op(OPS["narrow"], samples=2, backward=False, dtype=torch.complex64)
+    assert res.ran == {"stock": True, "ptc": True} and res.equal == {"stock": True, "ptc": True}, res.error
+    assert res.fused == {"stock": False, "ptc": False}, res.unfused
+    assert res.fallbacks == []
