@@ -30,26 +30,38 @@ ONE_BUCKET = ([], 4 + 2 * 9 + 1)  # worker 1 killed right after it issued step 9
 THREE_BUCKETS = (["--ddp-bucket-cap-mb", "0.0002"], 4 + 4 * 9 + 2)  # ... after step 9's second bucket
 
 
-@pytest.mark.parametrize("buckets, run", [(1, 0), (3, 0), (3, 1), (3, 2)])
-def test_survivors_resume_at_once_after_a_kill_inside_the_bucket_allreduces(tmp_path, buckets, run):
+#: scenarios with three buckets run at least twice, and until one had two or more bucket
+#: allreduces in flight at the kill (up to this many): under load a survivor may learn of the
+#: failure before it issues its second bucket, and that run tests less
+MAX_RUNS = 4
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_survivors_resume_at_once_after_a_kill_inside_the_bucket_allreduces(tmp_path, buckets):
     options, kill_at = ONE_BUCKET if buckets == 1 else THREE_BUCKETS
     extra = ["--ddp-hook", "python", "--ddp-hook-min-bytes", "0", "--vote-copy-max-bytes", "0",
              "--timeout", str(TIMEOUT_S), *options]  # fmt: skip
-    outcome = run_scenario(tmp_path, 4, steps=30, ddp=True, faults=[F.kill_in_collective(kill_at, worker=1)],
-                           extra=extra)  # fmt: skip
-    text = outcome.describe()
-    check_consistent(outcome, expect_workers=[0, 2, 3])
-    events = outcome.result.events
-    failed = [e["time"] for e in events if e["event"] in ("worker_failed", "peer_failure")]
-    assert failed, text
-    failure = min(failed)
+    in_flight = []  # per run: the most abandoned bucket allreduces any survivor had
+    for run in range(1 if buckets == 1 else MAX_RUNS):
+        directory = tmp_path / f"run{run}"
+        directory.mkdir()
+        outcome = run_scenario(directory, 4, steps=30, ddp=True, faults=[F.kill_in_collective(kill_at, worker=1)],
+                               extra=extra)  # fmt: skip
+        text = outcome.describe()
+        check_consistent(outcome, expect_workers=[0, 2, 3])
+        events = outcome.result.events
+        failed = [e["time"] for e in events if e["event"] in ("worker_failed", "peer_failure")]
+        assert failed, text
+        failure = min(failed)
+        resumed = {}
+        for e in events:
+            if e["event"] == "commit" and e["time"] > failure:
+                resumed.setdefault(e["worker"], e["time"] - failure)
+        assert sorted(resumed) == [0, 2, 3], text
+        slow = {w: round(dt, 3) for w, dt in resumed.items() if dt > RESUME_LIMIT_S}
+        assert not slow, f"run {run}: survivors resumed only after (s): {slow}\n{text}"
+        in_flight.append(max([e["count"] for e in events if e["event"] == "abandoned_allreduces_ended"], default=0))
+        if run >= 1 and max(in_flight) >= 2:
+            break
     if buckets == 3:  # the case asked for: two or more gradient buckets in flight when the victim died
-        abandoned = [e["count"] for e in events if e["event"] == "abandoned_allreduces_ended"]
-        assert abandoned and max(abandoned) >= 2, f"abandoned bucket allreduces per survivor: {abandoned}\n{text}"
-    resumed = {}
-    for e in events:
-        if e["event"] == "commit" and e["time"] > failure:
-            resumed.setdefault(e["worker"], e["time"] - failure)
-    assert sorted(resumed) == [0, 2, 3], text
-    slow = {w: round(dt, 3) for w, dt in resumed.items() if dt > RESUME_LIMIT_S}
-    assert not slow, f"survivors resumed only after (s): {slow}\n{text}"
+        assert max(in_flight) >= 2, f"abandoned bucket allreduces per run (most of any survivor): {in_flight}"
