@@ -38,6 +38,7 @@ class NativeEngine:
         self.pg = _compat.gloo_process_group(PrefixStore("ptc_ft/pg", store), worker_id, worker_id + 1, timeout,
                                              reconfigurable=True)  # fmt: skip
         self._sockets: Dict[int, int] = {}  # the current generation's connections (see connect)
+        self.sockets = (0, 0)  # the last connect's (sockets opened, replaced generation's shut down)
 
     def handle(self) -> str:
         return self.pg.get_reconfigure_handle()
@@ -58,7 +59,7 @@ class NativeEngine:
         # with two of them held (a bucket allreduce and the vote's) the new generation's state sync
         # waited as long (tests/distributed/test_ft_ddp_stall.py).  As in new_group(), a socket another
         # thread opened during reconfigure would be counted as this generation's.
-        shut_down_connections(self._sockets)
+        self.sockets = (len(opened), shut_down_connections(self._sockets))
         self._sockets = opened
         return self.pg
 
@@ -158,10 +159,11 @@ def keep_for_good(pg: Any) -> None:
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))
 
 
-def retire(pg: Any, sockets: Dict[int, int]) -> None:
-    """An abandoned generation's group: kept for good, its pending collectives ended now."""
+def retire(pg: Any, sockets: Dict[int, int]) -> int:
+    """An abandoned generation's group: kept for good, its pending collectives ended now (the
+    number of its connections shut down)."""
     keep_for_good(pg)
-    shut_down_connections(sockets)
+    return shut_down_connections(sockets)
 
 
 class RebuildEngine:
@@ -174,6 +176,7 @@ class RebuildEngine:
         self._timeout = timeout
         self.pg: Any = None
         self._sockets: Dict[int, int] = {}
+        self.sockets = (0, 0)  # the last connect's (sockets opened, replaced generation's shut down)
 
     def handle(self) -> str:
         return ""
@@ -183,8 +186,10 @@ class RebuildEngine:
 
         pg, sockets = new_group(PrefixStore(f"ptc_ft/g{gen}", self._store), rank, size, timeout)
         pg._get_backend(torch.device("cpu"))._set_default_timeout(self._timeout)
+        closed = 0
         if self.pg is not None:
             # every member of the new generation has left the old one (they all built this group)
-            retire(self.pg, self._sockets)
+            closed = retire(self.pg, self._sockets)
         self.pg, self._sockets = pg, sockets
+        self.sockets = (len(sockets), closed)
         return pg

@@ -844,8 +844,10 @@ class FaultTolerantGroup:
             self._recovering = False
             self._last_pg = new_pg
             self._move_recorder(old_pg, new_pg, news)
+            opened, closed = self._engine.sockets
             self._event("reconfigured", gen=news.number, rank=rank, size=len(news.members),
-                        dt_ms=round((time.monotonic() - started) * 1000, 2), engine=self.engine)  # fmt: skip
+                        dt_ms=round((time.monotonic() - started) * 1000, 2), engine=self.engine,
+                        sockets_opened=opened, old_sockets_shut_down=closed)  # fmt: skip
             return news
 
     def _wait_link(self, done: Callable[[], bool], deadline: List[float], known: int) -> bool:
