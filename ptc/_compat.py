@@ -206,6 +206,14 @@ def dynamo_callback_getter():
     return eval_frame.get_eval_frame_callback
 
 
+def dynamo_callback_setter():
+    """The C function that installs Dynamo's frame callback (returns the one it replaces):
+    a builtin, callable from a skipped frame as :func:`dynamo_callback_getter`."""
+    from torch._C._dynamo import eval_frame
+
+    return eval_frame.set_eval_frame
+
+
 @torch.compiler.assume_constant_result
 def dynamo_may_break_graph() -> bool:
     """Whether the Dynamo trace running now may end its graph at the current call

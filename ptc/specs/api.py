@@ -134,6 +134,7 @@ def check(obj: Any, *args: Any, **kwargs: Any) -> None:
 # ptc function it calls while a compile is active must run with Dynamo disabled,
 # or Dynamo would compile that helper as a frame of its own.
 _dynamo_callback = _compat.dynamo_callback_getter()
+_set_dynamo_callback = _compat.dynamo_callback_setter()
 _begin_outside_dynamo = torch._dynamo.disable(begin_compiled_call)
 _end_outside_dynamo = torch._dynamo.disable(end_compiled_call)
 
@@ -167,7 +168,17 @@ def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple
         return
     violation = diagnose.violation(failure)
     if violation is None:
-        raise failure
+        unbacked = sorted(n for n, how in bound.softened.items() if how == "unbacked")
+        if not unbacked:
+            raise failure
+        # a later call the unbacked sizes do not serve (a size the model fixes, where Dynamo's
+        # runtime assertion and guards disagree: "Guard failed on the same frame it was created")
+        bound.softened.update(dict.fromkeys(unbacked, "maybe"))
+        _log.warning("torch.compile(%s): compiling %s as unbacked sizes failed on this call (%s: %s); compiling "
+                     "them as torch.compile does by itself (maybe_mark_dynamic: it may specialise or recompile)",
+                     _qualname(obj), ", ".join(unbacked), type(failure).__name__,
+                     str(failure).strip().splitlines()[0][:200] if str(failure).strip() else "")  # fmt: skip
+        return
     # the constraints in spec terms, from a strict export (Dynamo: the model's Python is not run
     # again, so its side effects happen once, as under stock compile)
     found = _explain_best_effort(obj, args, kwargs, strict=True)
@@ -211,10 +222,15 @@ def _violated_vars(bound: BoundSpec, violation: BaseException) -> set:
 
 def _compiled_call(obj: Any, bound: BoundSpec, enter: Callable, call_args: tuple, args: tuple, kwargs: dict) -> Any:
     """``enter(*call_args, **kwargs)`` (the compiled body frame) between ptc's marks, called again
-    after each change :func:`_soften_or_raise` makes; ``args`` without a module's ``self``."""
+    after each change :func:`_soften_or_raise` makes; ``args`` without a module's ``self``.
+    A compile that raises leaves Dynamo's frame callback uninstalled: each call again installs
+    the one this call began under, so it is compiled (not run eagerly)."""
+    callback = _dynamo_callback()
     while True:
         state = _begin_outside_dynamo(bound, call_args, kwargs)
         try:
+            if _dynamo_callback() is None:
+                _set_dynamo_callback(callback)
             out = enter(*call_args, **kwargs)
             bound.soften_pending.clear()
             return out
@@ -373,6 +389,8 @@ def export(
     kwargs = dict(kwargs or {})
     check(obj, *args, **kwargs)
     names: Dict[str, Any] = {}
+    bound = _require_spec(obj)
+    small = any(v.min <= 1 for v in bound.spec.vars)
     try:
         program = _export(obj, tuple(args), kwargs, strict, names)
     except Exception as e:
@@ -381,22 +399,30 @@ def export(
         found = _explain(obj, tuple(args), kwargs, strict=strict)
         if not found:
             raise
-        raise diagnose.constraint_error(f"ptc.specs.export({_qualname(obj)})", found) from e
-    bound = _require_spec(obj)
-    if any(v.min <= 1 for v in bound.spec.vars):
+        if not (small and all(c.small_sizes for c in found)):
+            raise diagnose.constraint_error(f"ptc.specs.export({_qualname(obj)})", found) from e
+        # the size-oblivious trace failed only where the model treats sizes 0 and 1 apart
+        # (GPT-2's masking compares the batch size with another tensor's): as below
+        return _export_assuming_larger_sizes(obj, tuple(args), kwargs, strict, found)
+    if small:
         apart = [c for c in diagnose.constraints(bound, names, diagnose.shape_env(program)) if c.small_sizes]
         if apart:
-            # The model's code branches on a size being 0 or 1, so the size-oblivious
-            # program refuses those sizes. torch.export's own answer: trace assuming
-            # they take the larger sizes' branch (unchecked; eager may differ there).
-            _log.warning(
-                "ptc.specs.export(%s): the model's code treats sizes 0 and 1 apart (%s); exported as torch.export "
-                "does, assuming such sizes take the branch of larger ones (unchecked: see ptc.specs.explain for "
-                "the model's source line, or raise the variable's min to state it)",
-                _qualname(obj), "; ".join(c.rule for c in apart),
-            )
-            program = _export(obj, tuple(args), kwargs, strict, {}, size_oblivious=False)
+            return _export_assuming_larger_sizes(obj, tuple(args), kwargs, strict, apart)
     return program
+
+
+def _export_assuming_larger_sizes(obj: Any, args: tuple, kwargs: dict, strict: bool,
+                                  apart: List["diagnose.Constraint"]) -> "torch.export.ExportedProgram":  # fmt: skip
+    """The model's code branches on a size being 0 or 1 (``apart``), so a size-oblivious program
+    refuses those sizes. torch.export's own answer: trace assuming they take the larger sizes'
+    branch (unchecked; eager may differ there)."""
+    _log.warning(
+        "ptc.specs.export(%s): the model's code treats sizes 0 and 1 apart (%s); exported as torch.export "
+        "does, assuming such sizes take the branch of larger ones (unchecked: see ptc.specs.explain for "
+        "the model's source line, or raise the variable's min to state it)",
+        _qualname(obj), "; ".join(c.rule for c in apart),
+    )
+    return _export(obj, args, kwargs, strict, {}, size_oblivious=False)
 
 
 def explain(obj: Any, *args: Any, **kwargs: Any) -> List["diagnose.Constraint"]:

@@ -272,6 +272,50 @@ def test_a_size_the_model_only_formats_stays_dynamic_as_unbacked(caplog):
     assert counter.frame_count == first  # no recompile for a new T
 
 
+def _fixed_positions():
+    """A module whose spec says T is any multiple of 8 while its table needs T == 16 (a class
+    of its own each time: what ptc softens is kept per class)."""
+    t = Var("T", min=8, max=128)
+
+    @dynamic_spec(x=tensor(Var("B", min=1, max=16), t, 4), assumptions=[sympy.Eq(t % 8, 0)])
+    class FixedPositions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = torch.nn.Parameter(torch.randn(16, 4, generator=torch.Generator().manual_seed(0)))
+
+        def forward(self, x):
+            return x + self.pos
+
+    return FixedPositions()
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_compiled_call_after_softening_is_compiled_and_a_size_the_model_refuses_raises_as_eager(caplog, fullgraph):
+    """The call made again after ptc softens a variable ran with Dynamo's callback uninstalled
+    (a compile that raises leaves it so): eagerly, and under fullgraph=True (torch 2.14) "found
+    no compiled frames". A later size the model refuses (T = 24) raised Dynamo's internal
+    "Guard failed on the same frame it was created" where eager and stock compile raise the
+    model's RuntimeError."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    model, counter = _fixed_positions(), CompileCounter()
+    compiled = torch.compile(model, backend=counter, fullgraph=fullgraph)
+    x = torch.randn(2, 16, 4)
+    with caplog.at_level("WARNING", logger="ptc.specs.api"):
+        torch.testing.assert_close(compiled(x), model(x))
+        assert "constrains T beyond the spec" in caplog.text
+        first = counter.frame_count
+        torch.testing.assert_close(compiled(x), model(x))
+        assert counter.frame_count == first  # the first call was compiled: the second compiles nothing
+        with pytest.raises(RuntimeError) as info:
+            compiled(torch.randn(2, 24, 4))
+    assert "Guard failed on the same frame" not in str(info.value)
+    with pytest.raises(RuntimeError):
+        model(torch.randn(2, 24, 4))  # eager raises too
+    torch.testing.assert_close(compiled(x), model(x))
+
+
 def _mark_everything_dynamic(bound, tensors, unmentioned):
     for t in tensors:
         for dim in range(t.dim()):
@@ -322,6 +366,26 @@ def test_a_branch_on_size_one_exports_as_torch_does_and_says_so(caplog):
         torch.testing.assert_close(program.module()(x), one_row_apart(x))
     (found,) = explain(one_row_apart, torch.randn(3, 4))
     assert found.small_sizes and found.rule == "N must be at least 2"
+
+
+@dynamic_spec(x=tensor(N, 4))
+def one_row_unequal(x):
+    if x.shape[0] != 1:  # GPT-2's masking compares the batch size so: the size-oblivious trace raises
+        return x * 2
+    return x + x
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_size_oblivious_trace_that_raises_on_size_one_exports_as_torch_does(caplog, strict):
+    """Where the size-oblivious trace itself fails on a branch on N != 1 (it succeeded with a
+    guard for N > 1, above), ptc raised SpecConstraintError where torch.export with the same
+    Dim (min=1) exports: it now exports as torch does, saying why."""
+    with caplog.at_level("WARNING", logger="ptc.specs.api"):
+        program = export(one_row_unequal, (torch.randn(3, 4),), strict=strict)
+    assert "treats sizes 0 and 1 apart (N must be at least 2)" in caplog.text
+    for n in (1, 2, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(program.module()(x), one_row_unequal(x))
 
 
 def test_the_fallback_is_torchs_own_program():
