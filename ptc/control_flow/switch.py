@@ -49,7 +49,9 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
             outputs that alias), so its outputs never share memory with the
             operands or with each other; eager returns what the branch returns.
             A ``detach()`` of an operand is not recognised as a view (it has no
-            ``_base``): return ``x.detach().clone()`` from a branch instead.
+            ``_base``): return ``x.detach().clone()`` from a branch instead. A
+            parameter the branch closes over is copied too; a buffer is not
+            recognised (return ``buf.clone()``).
         operands: pytrees passed unchanged to the chosen branch.
 
     What is checked where:
@@ -98,7 +100,11 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
           the same shapes.
         * autograd: first-order gradients flow through the chosen branch in
           eager and compiled code. Higher orders follow ``torch.cond``, which
-          does not support double backward in traced code.
+          does not support double backward in traced code. In traced code the
+          parameters of the branches not taken get zero gradients (eager leaves
+          them ``None``), and torch's limits on ``torch.cond`` apply (no in-place
+          update of a buffer or an operand in a branch; the backward of branches
+          whose output sizes differ fails to compile).
     """
     n = _check_branches(branches)
     if isinstance(index, bool):
@@ -337,12 +343,20 @@ def _unaliased(out: Any, operands: Sequence[torch.Tensor]) -> Any:
         base = t._base
         if any(t is s or (base is not None and base is s) for s in seen):
             return t.clone()
+        if _a_parameter(t) or (base is not None and _a_parameter(base)):
+            return t.clone()  # a parameter the branch closes over (a learned default), or a view of one
         seen.append(t)
         if base is not None:  # a later view of the same intermediate aliases this one
             seen.append(base)
         return t
 
     return pytree.tree_map_only(torch.Tensor, fresh, out)
+
+
+def _a_parameter(t: torch.Tensor) -> bool:
+    """A parameter (traced code lifts one a branch closes over as an input of the cond, which
+    refuses an output that is one)."""
+    return isinstance(t, torch.nn.Parameter)
 
 
 @torch.compiler.assume_constant_result

@@ -123,3 +123,38 @@ def test_two_views_of_one_intermediate_are_copied_apart():
     run = make_fx(lambda i, x: switch(i, branches, x), tracing_mode="symbolic")(torch.tensor(0), X)
     got = run(torch.tensor(0), X)
     assert torch.equal(got[0], X[:3] * 2) and torch.equal(got[1], X[3:] * 2)
+
+
+class _LearnedDefault(torch.nn.Module):
+    """A branch returns a parameter the model closes over (a learned default embedding), or a
+    view of one; the other computes from the operand."""
+
+    def __init__(self):
+        super().__init__()
+        self.null = torch.nn.Parameter(torch.arange(6.0) / 4)
+        self.proj = torch.nn.Linear(6, 6)
+        torch.nn.init.eye_(self.proj.weight)
+
+    def forward(self, index, x):
+        return switch(index, [lambda x: self.null, lambda x: self.null.view(2, 3).flatten(), self.proj], x)
+
+
+@pytest.mark.parametrize("consumer", ["compile-eager-fullgraph", "compile-inductor", "export-strict", "export-nonstrict"])
+def test_a_branch_returning_a_parameter_it_closes_over(consumer):
+    """Traced code lifts the parameter as an input of the cond, which refused the branch
+    ("Input-to-output aliasing detected"); it is copied like an operand."""
+    model = _LearnedDefault()
+    if consumer.startswith("compile"):
+        backend, fullgraph = ("eager", True) if consumer.endswith("fullgraph") else ("inductor", False)
+        run = torch.compile(model, backend=backend, fullgraph=fullgraph)
+    else:
+        ep = torch.export.export(model, (torch.tensor(0), X), strict=consumer == "export-strict")
+        run = save_load(fix_export_metadata(ep)).module()
+    for i in range(3):
+        got = run(torch.tensor(i), X)
+        torch.testing.assert_close(got, model(torch.tensor(i), X))
+        assert not _shares_memory(got, model.null)
+    null = model.null if consumer.startswith("compile") else run.get_parameter("null")  # an exported program's own
+    loss = run(torch.tensor(1), X).sum()
+    (grad,) = torch.autograd.grad(loss, null)  # the copy keeps the gradient path
+    torch.testing.assert_close(grad, torch.ones(6))
