@@ -66,7 +66,7 @@ from ptc.complex.codegen import (
     vector_math,
 )
 from ptc.complex.pair import is_paired, storage_view
-from ptc.complex.rewrite import Report, rewrite, stored_inputs
+from ptc.complex.rewrite import Report, conj_inputs, resolved_inputs, rewrite, stored_inputs
 
 aten = torch.ops.aten
 log = logging.getLogger("ptc.complex")
@@ -386,10 +386,14 @@ class ComplexBackend:
     def _inner_rewritten(self, inner_compile, gm, example_inputs, **kwargs):
         stored = stored_inputs(gm)
         inputs = _storage_views(example_inputs, stored) if stored else example_inputs
+        resolved = conj_inputs(gm, inputs)
+        inputs = resolved_inputs(inputs, resolved) if resolved else inputs
         new_gm = rewrite(gm, inputs, decompositions=decompositions(), report=self.report, stored=stored)
         rewritten = new_gm is not gm  # else nothing complex in it (then nothing is stored either)
+        if not rewritten and resolved:  # ptc changes nothing: the graph takes its inputs as traced
+            inputs, resolved = (_storage_views(example_inputs, stored) if stored else example_inputs), []
         compiled = self._compile(inner_compile, new_gm, inputs, rewritten, **kwargs)
-        return _TakingStorageViews(compiled, stored) if stored else compiled
+        return _TakingStorageViews(compiled, stored, resolved) if stored or resolved else compiled
 
     def _compile(self, inner_compile, new_gm, example_inputs, rewritten: bool, **kwargs):
         """Inductor's compile of one AOT graph, with ptc's code generation (and, for a graph the
@@ -476,6 +480,12 @@ class ComplexBackend:
         table = decompositions(eager_random=True)
 
         def compiler(g, inputs):
+            resolved = conj_inputs(g, inputs)
+            if resolved:
+                new_g = rewrite(g, resolved_inputs(inputs, resolved), decompositions=table, report=self.report)
+                if new_g is not g:
+                    return _TakingStorageViews(make_boxed_func(new_g), (), resolved)
+                return make_boxed_func(g)
             return make_boxed_func(rewrite(g, inputs, decompositions=table, report=self.report))
 
         import torch._functorch.config as functorch_config
@@ -502,22 +512,28 @@ def _storage_views(inputs, positions):
 
 class _TakingStorageViews:
     """A compiled graph that takes some complex inputs as their real storage views (see
-    :func:`ptc.complex.rewrite.stored_inputs`), called with the complex tensors themselves.
+    :func:`ptc.complex.rewrite.stored_inputs`) and some without their conj and neg bits
+    (:func:`~ptc.complex.rewrite.conj_inputs`), called with the complex tensors as they come.
 
-    Equivalent to ``compiled([storage_view(a) if i in positions else a for i, a in enumerate(args)])``
-    (boxed: ``args`` is a list the call consumes, as every AOT graph's).
+    Equivalent to ``compiled([storage_view(a) if i in positions else a.resolve_conj().resolve_neg()
+    if i in resolved else a for i, a in enumerate(args)])`` (boxed: ``args`` is a list the call
+    consumes, as every AOT graph's).
     """
 
     _boxed_call = True
 
-    def __init__(self, compiled: Callable, positions) -> None:
+    def __init__(self, compiled: Callable, positions, resolved=()) -> None:
         self.compiled = compiled
         self.positions = tuple(positions)
+        self.resolved = tuple(resolved)
         self.boxed = bool(getattr(compiled, "_boxed_call", False))
+        self._boxed_call = True  # on the instance too: torch.compiler.disable's wrapper copies __dict__
 
     def __call__(self, args):
         for i in self.positions:
             args[i] = storage_view(args[i])
+        for i in self.resolved:
+            args[i] = args[i].resolve_conj().resolve_neg()
         if self.boxed:
             return self.compiled(args)
         flat = list(args)

@@ -134,6 +134,7 @@ class _PairInterpreter(fx.Interpreter):
         #: placeholders passed as their real storage view: name -> the complex dtype they hold
         self.stored_dtypes: Dict[str, torch.dtype] = {}
         self._storage: Dict[str, torch.Tensor] = {}  # their views, as traced
+        self._inputs: Dict[str, torch.Tensor] = {}  # complex placeholders (not stored) by name
 
     def run_node(self, n: fx.Node) -> Any:
         self._node = n
@@ -147,6 +148,8 @@ class _PairInterpreter(fx.Interpreter):
         if dtype is not None:  # the real storage view of a complex input (see stored_inputs)
             self._storage[self._node.name] = value
             return from_storage(value, dtype)
+        if is_paired(value) and self._node is not None:
+            self._inputs[self._node.name] = value
         return Pair.of(value) if is_paired(value) else value
 
     def get_attr(self, target, args, kwargs):
@@ -444,8 +447,37 @@ class _PairInterpreter(fx.Interpreter):
         flat_metas = pytree.tree_leaves(metas, is_leaf=lambda x: x is None or isinstance(x, torch.Tensor))
         if len(flat_metas) != len(flat_values):
             flat_metas = [None] * len(flat_values)
-        out = [_leave_pair_form(v, m) if isinstance(v, Pair) else v for v, m in zip(flat_values, flat_metas)]
+        flat_nodes = pytree.tree_leaves(self._node.args[0], is_leaf=lambda x: x is None or isinstance(x, fx.Node))
+        if len(flat_nodes) != len(flat_values):
+            flat_nodes = [None] * len(flat_values)
+        out = [
+            _leave_pair_form(v, m) if isinstance(v, Pair) else self._plane_view(v, n)
+            for v, m, n in zip(flat_values, flat_metas, flat_nodes)
+        ]
         return pytree.tree_unflatten(out, spec)
+
+    def _plane_view(self, value: Any, node: Optional[fx.Node]) -> Any:
+        """``value``, or for an output that is ``x.real``/``x.imag`` of a complex input ``x``
+        (``select(view_as_real(x), -1, k)``: what a real layer reads of it, saved for its
+        backward), that view of ``x``: the parts the
+        rewrite reads through the int64 bits would be a new buffer with the view's stride-2
+        layout, which Inductor cannot order under dynamic sizes (and would copy)."""
+        if not (isinstance(node, fx.Node) and node.op == "call_function" and isinstance(value, torch.Tensor)):
+            return value
+        part = {aten.real.default: 0, aten.imag.default: 1}.get(node.target)
+        source = node.args[0] if part is not None and node.args else None
+        if node.target is aten.select.int and len(node.args) == 3:  # select(view_as_real(x), -1, k)
+            planes, dim, k = node.args
+            if isinstance(planes, fx.Node) and planes.target is aten.view_as_real.default and k in (0, 1):
+                ndim = planes.meta["val"].dim() if isinstance(planes.meta.get("val"), torch.Tensor) else None
+                if dim in (-1, ndim - 1 if ndim else -1):
+                    part, source = k, planes.args[0]
+        if not (isinstance(source, fx.Node) and source.op == "placeholder"):
+            return value
+        z = self._inputs.get(source.name)
+        if z is None or z.is_conj() or z.is_neg() or z.dtype not in (torch.complex64, torch.complex128):
+            return value
+        return aten.select(aten.view_as_real(z), -1, part)
 
 
 #: the most elements a constant tensor of the graph may have to be rebuilt in the rewritten one
@@ -481,16 +513,19 @@ def _traced_constant(value: torch.Tensor) -> torch.Tensor:
 
 
 def _leave_pair_form(pair: Pair, meta: Optional[torch.Tensor]) -> torch.Tensor:
-    """The complex tensor for a graph output, matching the original output's conj bit and layout."""
+    """The complex tensor for a graph output: the original output's values and layout."""
     want_conj = bool(meta is not None and isinstance(meta, torch.Tensor) and meta.is_conj())
     like = meta if isinstance(meta, torch.Tensor) else None
-    if pair.has_source:
+    if pair.has_source and not want_conj:
         z = pair.complex()
-        if z.is_conj() == want_conj and not z.is_neg():
+        if not z.is_conj() and not z.is_neg():
             return z
-    if want_conj:
-        raw = Pair(pair.re, -pair.im, pair.dtype)
-        return aten._conj(raw.complex(like))
+    # an output eager returns as a conj view is returned as the values it stands for, without
+    # the bit: the layout Inductor picks for the buffer under a conj view may not be the
+    # output's, and Inductor restrides an output by copying it (torch 2.14: by copy_, which
+    # drops the bit too; 2.13: by a kernel that also drops the conjugation, a wrong gradient
+    # through einsum's saved conj operand). The values are eager's; a backward graph takes
+    # its inputs without the bit, whatever they come with (see ptc.complex.backend).
     fresh = Pair(pair.re, pair.im, pair.dtype)
     return fresh.complex(like)
 
@@ -517,6 +552,37 @@ def stored_inputs(gm: fx.GraphModule) -> List[int]:
     return found
 
 
+def conj_inputs(gm: torch.fx.GraphModule, inputs) -> List[int]:
+    """Positions of a backward graph's complex inputs traced with a conj or neg bit.
+
+    A backward graph's inputs (tangents, activations the forward saved) come with whatever
+    bit they have at run time, not always the traced one: AOTAutograd guards none of them (the
+    tangent of a conj output comes without the bit), and a forward output eager returns as a
+    conj view is returned without it (by ptc, and by Inductor where it restrides the output).
+    ptc's graph takes them without the bit (its caller resolves one that has it, as
+    ``ptc.complex.backend`` does: a copy, where it is set), so it reads the same values either way.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if not any(n.name.startswith("tangents") for n in placeholders):
+        return []  # a forward graph: Dynamo guards its inputs' conj bits
+    return [
+        i
+        for i, x in enumerate(inputs)
+        if isinstance(x, torch.Tensor) and x.is_complex() and (x.is_conj() or x.is_neg())
+    ]
+
+
+def resolved_inputs(inputs, positions):
+    """``inputs`` with those at ``positions`` without their conj and neg bits (same values)."""
+    from torch._guards import detect_fake_mode
+
+    inputs = list(inputs)
+    with detect_fake_mode(inputs) or contextlib.nullcontext():
+        for i in positions:
+            inputs[i] = inputs[i].resolve_conj().resolve_neg()
+    return inputs
+
+
 def rewrite(
     gm: fx.GraphModule,
     example_inputs,
@@ -533,9 +599,15 @@ def rewrite(
     ``stored`` (from :func:`stored_inputs`): inputs the new graph takes as their
     real storage view instead (``storage_view(z)`` where ``gm`` took ``z``); at those
     positions ``example_inputs`` already holds the views, and so will the caller's calls.
+    A backward graph takes its complex inputs without conj and neg bits
+    (:func:`conj_inputs`): where an example has one, the new graph expects
+    ``x.resolve_conj().resolve_neg()`` (what a rewritten forward's outputs already are).
     """
     if not has_complex(gm):
         return gm
+    resolved = conj_inputs(gm, example_inputs)
+    if resolved:
+        example_inputs = resolved_inputs(example_inputs, resolved)
     own = Report()
     from torch._guards import detect_fake_mode
 

@@ -184,3 +184,29 @@ def test_a_view_impossible_on_the_strides_a_graph_is_called_with_becomes_a_resha
     out = rewrite(gm, [strided, z], report=report)(strided, z)
     torch.testing.assert_close(out[0], strided.reshape(2, 32) * 2)
     torch.testing.assert_close(out[1], z * z)
+
+
+def _complex_conv(x, w):  # complexPyTorch's complex convolution: a real conv on each part
+    return torch.complex(
+        torch.nn.functional.conv2d(x.real, w, padding=1), torch.nn.functional.conv2d(x.imag, w, padding=1)
+    )
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_real_layer_on_a_complex_inputs_parts_is_compiled_by_ptc(dynamic):
+    """The parts a real layer reads of a complex input are saved for its backward: computed
+    through the int64 bits they were a new buffer in the views' stride-2 layout, which Inductor
+    could not order under dynamic sizes (the graph was compiled the stock way). They are
+    returned as the views they are."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.complex64, generator=g)
+    w = torch.randn(4, 3, 3, 3, generator=g, requires_grad=True)
+    expected = _complex_conv(x, w)
+    (expected_grad,) = torch.autograd.grad(expected.abs().sum(), w)
+    torch._dynamo.reset()
+    backend = pc.backend()
+    got = torch.compile(_complex_conv, backend=backend, dynamic=dynamic)(x, w)
+    (grad,) = torch.autograd.grad(got.abs().sum(), w)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-4)
+    assert backend.report.stock_graphs == []
