@@ -459,9 +459,9 @@ class _PairInterpreter(fx.Interpreter):
     def _plane_view(self, value: Any, node: Optional[fx.Node]) -> Any:
         """``value``, or for an output that is ``x.real``/``x.imag`` of a complex input ``x``
         (``select(view_as_real(x), -1, k)``: what a real layer reads of it, saved for its
-        backward), that view of ``x``: the parts the
-        rewrite reads through the int64 bits would be a new buffer with the view's stride-2
-        layout, which Inductor cannot order under dynamic sizes (and would copy)."""
+        backward), that view of ``x``: the part the rewrite reads through the int64 bits would
+        be a new buffer in the view's stride-2 layout, which Inductor cannot order under
+        dynamic sizes (and would copy)."""
         if not (isinstance(node, fx.Node) and node.op == "call_function" and isinstance(value, torch.Tensor)):
             return value
         part = {aten.real.default: 0, aten.imag.default: 1}.get(node.target)
