@@ -389,9 +389,7 @@ class ComplexBackend:
         resolved = conj_inputs(gm, inputs)
         inputs = resolved_inputs(inputs, resolved) if resolved else inputs
         new_gm = rewrite(gm, inputs, decompositions=decompositions(), report=self.report, stored=stored)
-        rewritten = new_gm is not gm  # else nothing complex in it (then nothing is stored either)
-        if not rewritten and resolved:  # ptc changes nothing: the graph takes its inputs as traced
-            inputs, resolved = (_storage_views(example_inputs, stored) if stored else example_inputs), []
+        rewritten = new_gm is not gm  # else nothing complex in it (then nothing is stored or resolved either)
         compiled = self._compile(inner_compile, new_gm, inputs, rewritten, **kwargs)
         return _TakingStorageViews(compiled, stored, resolved) if stored or resolved else compiled
 
@@ -480,13 +478,9 @@ class ComplexBackend:
         table = decompositions(eager_random=True)
 
         def compiler(g, inputs):
-            resolved = conj_inputs(g, inputs)
-            if resolved:
-                new_g = rewrite(g, resolved_inputs(inputs, resolved), decompositions=table, report=self.report)
-                if new_g is not g:
-                    return _TakingStorageViews(make_boxed_func(new_g), (), resolved)
-                return make_boxed_func(g)
-            return make_boxed_func(rewrite(g, inputs, decompositions=table, report=self.report))
+            compiled = make_boxed_func(rewrite(g, inputs, decompositions=table, report=self.report))
+            resolved = conj_inputs(g, inputs)  # the rewritten graph takes these without their bits
+            return _TakingStorageViews(compiled, (), resolved) if resolved else compiled
 
         import torch._functorch.config as functorch_config
 

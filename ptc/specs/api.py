@@ -160,24 +160,16 @@ def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple
     """
     if bound.soften_pending:  # the unbacked attempt failed: torch's automatic dynamic for those
         names, bound.soften_pending = bound.soften_pending, set()
-        bound.softened.update(dict.fromkeys(names, "maybe"))
-        _log.warning("torch.compile(%s): %s as unbacked sizes failed too (%s: %s); compiling them as "
-                     "torch.compile does by itself (maybe_mark_dynamic: it may specialise or recompile)",
-                     _qualname(obj), ", ".join(sorted(names)), type(failure).__name__,
-                     str(failure).strip().splitlines()[0][:200] if str(failure).strip() else "")  # fmt: skip
+        _to_automatic_dynamic(obj, bound, names, failure)
         return
     violation = diagnose.violation(failure)
     if violation is None:
-        unbacked = sorted(n for n, how in bound.softened.items() if how == "unbacked")
+        unbacked = {n for n, how in bound.softened.items() if how == "unbacked"}
         if not unbacked:
             raise failure
         # a later call the unbacked sizes do not serve (a size the model fixes, where Dynamo's
         # runtime assertion and guards disagree: "Guard failed on the same frame it was created")
-        bound.softened.update(dict.fromkeys(unbacked, "maybe"))
-        _log.warning("torch.compile(%s): compiling %s as unbacked sizes failed on this call (%s: %s); compiling "
-                     "them as torch.compile does by itself (maybe_mark_dynamic: it may specialise or recompile)",
-                     _qualname(obj), ", ".join(unbacked), type(failure).__name__,
-                     str(failure).strip().splitlines()[0][:200] if str(failure).strip() else "")  # fmt: skip
+        _to_automatic_dynamic(obj, bound, unbacked, failure)
         return
     # the constraints in spec terms, from a strict export (Dynamo: the model's Python is not run
     # again, so its side effects happen once, as under stock compile)
@@ -199,6 +191,16 @@ def _soften_or_raise(obj: Any, bound: BoundSpec, failure: Exception, args: tuple
         "compiling those dims as unbacked sizes (no guard can fix them), or if that fails as torch.compile "
         "does by itself", _qualname(obj), ", ".join(sorted(names)), why,
     )
+
+
+def _to_automatic_dynamic(obj: Any, bound: BoundSpec, names: set, failure: Exception) -> None:
+    """Compiling ``names`` as unbacked sizes failed (``failure``): mark them as torch.compile
+    does by itself from now on (``maybe_mark_dynamic``), and say so."""
+    bound.softened.update(dict.fromkeys(names, "maybe"))
+    _log.warning("torch.compile(%s): compiling %s as unbacked sizes failed (%s: %s); compiling them as "
+                 "torch.compile does by itself (maybe_mark_dynamic: it may specialise or recompile)",
+                 _qualname(obj), ", ".join(sorted(names)), type(failure).__name__,
+                 str(failure).strip().splitlines()[0][:200] if str(failure).strip() else "")  # fmt: skip
 
 
 def _explain_best_effort(obj: Any, args: tuple, kwargs: dict, *, strict: bool) -> List["diagnose.Constraint"]:

@@ -57,13 +57,19 @@ def test_strict_raises_instead(broken_mul):
         torch.compile(f, backend=pc.backend(strict=True))(z, w)
 
 
-def test_a_failing_trace_falls_back_for_the_whole_dynamo_graph(monkeypatch):
+def _exp_decomposition_raising(monkeypatch, error):
+    """ptc's decomposition table with ``aten.exp`` raising ``error``, as a decomposition with a bug would."""
+
     def refuse(*args, **kwargs):
-        raise NotImplementedError("a decomposition with a bug")
+        raise error
 
     table = dict(pcb.decompositions())
     table[aten.exp.default] = refuse
     monkeypatch.setattr(pcb, "decompositions", lambda: table)
+
+
+def test_a_failing_trace_falls_back_for_the_whole_dynamo_graph(monkeypatch):
+    _exp_decomposition_raising(monkeypatch, NotImplementedError("a decomposition with a bug"))
     torch._dynamo.reset()
     z, w = _inputs()
     backend = pc.backend()
@@ -124,12 +130,7 @@ def test_a_data_dependent_failure_of_ptcs_own_compile_still_falls_back(monkeypat
     """Where only ptc's compile raises one of those exceptions, the graph is compiled the stock way."""
     from torch._subclasses.fake_tensor import DataDependentOutputException
 
-    def refuse(*args, **kwargs):
-        raise DataDependentOutputException(aten.exp.default)
-
-    table = dict(pcb.decompositions())
-    table[aten.exp.default] = refuse
-    monkeypatch.setattr(pcb, "decompositions", lambda: table)
+    _exp_decomposition_raising(monkeypatch, DataDependentOutputException(aten.exp.default))
     torch._dynamo.reset()
     z, w = _inputs()
     backend = pc.backend()
