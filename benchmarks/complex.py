@@ -1,6 +1,7 @@
 """ptc.complex side by side with its anchors, in one process run.
 
     python benchmarks/complex.py [--rounds 11] [--sample-ms 20] [--only a,c] [--clock cpu] [--profile]
+                                 [--aten-gemm]
 
 Workloads (complex64; see ../shared/anchors/complex.md, section 2):
 
@@ -18,7 +19,8 @@ Workloads (complex64; see ../shared/anchors/complex.md, section 2):
 
 Modes: eager; stock ``torch.compile`` (Inductor); torch's opt-in complex
 wrapper (``enable_complex_wrapper``, where this torch has it); ptc
-(``backend=ptc.complex.backend()``); and, as the floor of any compiled
+(``backend=ptc.complex.backend()``; with ``--aten-gemm`` also ``ptc-aten``, the
+same with ``gemm="aten"``); and, as the floor of any compiled
 function, Dynamo running its graph on eager kernels (``backend="eager"``: its
 guards and call wrappers, nothing compiled). One thread, every mode compiled first,
 then timed in interleaved rounds (each sample >= --sample-ms of repeated
@@ -214,11 +216,13 @@ WORKLOADS = {
 # --- modes ------------------------------------------------------------------
 
 
-def make_modes():
+def make_modes(aten_gemm=False):
     modes = {"eager": None, "compile": "inductor"}
     if _compat.NATIVE_COMPLEX_WRAPPER:
         modes["wrapper"] = "wrapper"
     modes["ptc"] = "ptc"
+    if aten_gemm:
+        modes["ptc-aten"] = "ptc-aten"
     modes["dynamo"] = "dynamo"
     return modes
 
@@ -229,6 +233,8 @@ def build(kind, f, grad):
         fn = f
     elif kind == "ptc":
         fn = torch.compile(f, backend=pc.backend())
+    elif kind == "ptc-aten":  # ptc with every complex GEMM on ATen's (none as a real GEMM on oneDNN)
+        fn = torch.compile(f, backend=pc.backend(gemm="aten"))
     elif kind == "dynamo":
         fn = torch.compile(f, backend="eager")
     else:
@@ -280,7 +286,8 @@ def rel_err(out, ref):
 
 # ATen ops that run a BLAS or FFT library kernel (what workloads (b), (c), (d) are bound by)
 LIBRARY_OPS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::addmm_", "aten::addmv", "aten::addmv_", "aten::baddbmm", "aten::mv", "aten::dot", "aten::vdot",
-               "aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c", "aten::linalg_vector_norm"}  # fmt: skip
+               "aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c", "aten::linalg_vector_norm",
+               "mkldnn::_linear_pointwise"}  # fmt: skip
 
 
 def profile_breakdown(run, args, per_call_ms, calls=200):
@@ -315,6 +322,8 @@ def main(argv=None):
         help="wall: perf_counter; cpu: this thread's CPU time (1 thread), which ignores time the "
         "process spends descheduled on a shared machine",
     )
+    parser.add_argument("--aten-gemm", action="store_true",
+                        help="also run ptc with gemm='aten' (mode ptc-aten: no complex GEMM as a real one on oneDNN)")
     parser.add_argument("--profile", action="store_true",
                         help="also print where each mode's call time goes (library kernels, other ATen ops, the rest)")
     ns = parser.parse_args(argv)
@@ -325,7 +334,7 @@ def main(argv=None):
     import torch._functorch.config as fconfig
 
     fconfig.enable_autograd_cache = False  # the wrapper's artifacts must not be served to other modes
-    modes = make_modes()
+    modes = make_modes(ns.aten_gemm)
     names = [n for n in WORKLOADS if not ns.only or n in ns.only.split(",")]
     print(f"torch {torch.__version__}, 1 thread, {ns.rounds} interleaved rounds of >= {ns.sample_ms:g} ms samples"
           f" ({ns.clock} clock)")

@@ -408,6 +408,12 @@ def cuda_build() -> bool:
 
 
 @_probe
+def onednn_linear() -> bool:
+    """this torch has oneDNN's real GEMM as an op on dense tensors (torch.ops.mkldnn._linear_pointwise)."""
+    return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+@_probe
 def cuda_available() -> bool:
     """a CUDA device can be used now (torch.cuda.is_available())."""
     return bool(torch.cuda.is_available())

@@ -66,6 +66,8 @@ from ptc.complex.codegen import (
     vector_math,
 )
 from ptc.complex.pair import is_paired, storage_view
+from ptc.complex.realgemm import GEMM_MODES
+from ptc.complex.realgemm import planned as realgemm_planned
 from ptc.complex.rewrite import Report, conj_inputs, resolved_inputs, rewrite, stored_inputs
 
 aten = torch.ops.aten
@@ -248,7 +250,7 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs) -> Optional[torch.fx.G
         return None
 
 
-def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
+def library_bound(gm: torch.fx.GraphModule, example_inputs, gemm: str = "aten") -> bool:
     """Whether a Dynamo graph is only library kernels plus at most one op that computes.
 
     True when the graph has a complex value, calls at least one library kernel
@@ -259,14 +261,15 @@ def library_bound(gm: torch.fx.GraphModule, example_inputs) -> bool:
     Inductor's per-call wrappers (and, for a lone complex elementwise op, a
     kernel that interleaves its output more slowly than ATen's vectorised
     one). A graph with a library op that ptc calls in a faster form
-    (:data:`ptc.complex.rules.LIBRARY_RULES`: GEMV) is not library-bound.
+    (:data:`ptc.complex.rules.LIBRARY_RULES`: GEMV; under ``gemm``, a GEMM
+    computed as a real GEMM on oneDNN, :func:`ptc.complex.realgemm.planned`) is not library-bound.
     Graphs without complex values are never library-bound here: they
     compile exactly as with stock Inductor.
     """
-    return library_bound_compute(gm, example_inputs) is not None
+    return library_bound_compute(gm, example_inputs, gemm) is not None
 
 
-def library_bound_compute(gm: torch.fx.GraphModule, example_inputs) -> Optional[list]:
+def library_bound_compute(gm: torch.fx.GraphModule, example_inputs, gemm: str = "aten") -> Optional[list]:
     """The ATen ops besides library kernels and views (at most one) of a library-bound graph; None if it is not one.
 
     See :func:`library_bound`.
@@ -295,7 +298,11 @@ def library_bound_compute(gm: torch.fx.GraphModule, example_inputs) -> Optional[
             library += 1
         elif node.target.overloadpacket.__name__ not in _FREE:
             compute.append(str(node.target).replace("aten.", "", 1))
-    return compute if has_complex and library >= 1 and len(compute) <= 1 else None
+    if not (has_complex and library >= 1 and len(compute) <= 1):
+        return None
+    if realgemm_planned(traced, gemm):
+        return None  # ptc runs a GEMM of it faster than eager does (as a real GEMM on oneDNN)
+    return compute
 
 
 _LIBRARY_SET = set(_rules.LIBRARY)
@@ -340,6 +347,12 @@ class ComplexBackend:
     failure is in that graph's compile, else per Dynamo graph. Each time the
     reason goes to the ``ptc.complex`` logger (a warning) and to
     ``report.stock_graphs``. ``strict=True`` raises instead (for tests of ptc itself).
+
+    ``gemm`` picks how complex64 GEMMs (``mm``, ``addmm``) of static shapes
+    on the CPU are computed in compiled graphs: ``"auto"`` (the default) times
+    ATen's complex GEMM against the same product as one real GEMM on oneDNN
+    (:mod:`ptc.complex.realgemm`) once per shape and takes the faster;
+    ``"onednn"`` always takes the real GEMM, ``"aten"`` never does.
     """
 
     def __init__(
@@ -350,11 +363,15 @@ class ComplexBackend:
         options: Optional[Dict[str, Any]] = None,
         library_graphs: str = "eager",
         strict: bool = False,
+        gemm: str = "auto",
     ) -> None:
-        if library_graphs not in ("eager", "compile"):
-            from ptc.errors import PtcValueError
+        from ptc.errors import PtcValueError
 
+        if library_graphs not in ("eager", "compile"):
             raise PtcValueError(f"library_graphs must be 'eager' or 'compile', not {library_graphs!r}")
+        if gemm not in GEMM_MODES:
+            raise PtcValueError(f"gemm must be one of {', '.join(map(repr, GEMM_MODES))}, not {gemm!r}")
+        self.gemm = gemm
         self.vectorize = vectorize
         self.inductor = inductor
         self.options = dict(options or {})
@@ -388,7 +405,9 @@ class ComplexBackend:
         inputs = _storage_views(example_inputs, stored) if stored else example_inputs
         resolved = conj_inputs(gm, inputs)
         inputs = resolved_inputs(inputs, resolved) if resolved else inputs
-        new_gm = rewrite(gm, inputs, decompositions=decompositions(), report=self.report, stored=stored)
+        new_gm = rewrite(
+            gm, inputs, decompositions=decompositions(), report=self.report, stored=stored, gemm=self.gemm
+        )
         rewritten = new_gm is not gm  # else nothing complex in it (then nothing is stored or resolved either)
         compiled = self._compile(inner_compile, new_gm, inputs, rewritten, **kwargs)
         return _TakingStorageViews(compiled, stored, resolved) if stored or resolved else compiled
@@ -417,7 +436,7 @@ class ComplexBackend:
         if not self.inductor:
             return self._aot_eager(gm, example_inputs)
         if self.library_graphs == "eager":
-            eager_ops = library_bound_compute(gm, example_inputs)
+            eager_ops = library_bound_compute(gm, example_inputs, self.gemm)
             if eager_ops is not None:
                 self.report.library_graphs += 1
                 self.report.library_graph_ops.update(eager_ops)
@@ -478,7 +497,7 @@ class ComplexBackend:
         table = decompositions(eager_random=True)
 
         def compiler(g, inputs):
-            compiled = make_boxed_func(rewrite(g, inputs, decompositions=table, report=self.report))
+            compiled = make_boxed_func(rewrite(g, inputs, decompositions=table, report=self.report, gemm=self.gemm))
             resolved = conj_inputs(g, inputs)  # the rewritten graph takes these without their bits
             return _TakingStorageViews(compiled, (), resolved) if resolved else compiled
 
@@ -542,10 +561,12 @@ def backend(
     options: Optional[Dict[str, Any]] = None,
     library_graphs: str = "eager",
     strict: bool = False,
+    gemm: str = "auto",
 ) -> ComplexBackend:
     """A fresh :class:`ComplexBackend` for ``torch.compile(f, backend=...)``."""
     return ComplexBackend(
-        vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs, strict=strict
+        vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs, strict=strict,
+        gemm=gemm,
     )
 
 
@@ -556,13 +577,14 @@ def compile(
     inductor: bool = True,
     library_graphs: str = "eager",
     strict: bool = False,
+    gemm: str = "auto",
     **compile_kwargs,
 ):
     """``torch.compile(fn, backend=ptc.complex.backend(...), **compile_kwargs)``; usable as a decorator."""
     if fn is None:
         return functools.partial(
             compile, vectorize=vectorize, inductor=inductor, library_graphs=library_graphs, strict=strict,
-            **compile_kwargs,
+            gemm=gemm, **compile_kwargs,
         )
     if not callable(fn):
         from ptc.errors import PtcTypeError
@@ -577,6 +599,7 @@ def compile(
         )
     options = compile_kwargs.pop("options", None)
     b = ComplexBackend(
-        vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs, strict=strict
+        vectorize=vectorize, inductor=inductor, options=options, library_graphs=library_graphs, strict=strict,
+        gemm=gemm,
     )
     return torch.compile(fn, backend=b, **compile_kwargs)

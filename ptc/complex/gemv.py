@@ -17,7 +17,7 @@ from ptc.complex.pair import Pair
 
 aten = torch.ops.aten
 
-__all__ = ["mv", "addmv"]
+__all__ = ["mv", "addmv", "scaled_sum"]
 
 
 def mv(ctx, a, x):
@@ -67,18 +67,21 @@ def _scaled(pair: Pair, factor):
     return cmul((pair.re, pair.im), (f.real, f.imag))
 
 
-def addmv(ctx, self_, mat, vec, *, beta=1, alpha=1):
-    """``addmv``, i.e. ``beta * self + alpha * (mat @ vec)``, with the product from :func:`mv`.
+def scaled_sum(product: Pair, self_, beta, alpha) -> Pair:
+    """``beta * self_ + alpha * product`` for Python numbers ``beta`` and ``alpha`` (the epilogue
+    of ``addmv``/``addmm``). As in eager, ``beta == 0`` ignores ``self_`` (its nan and inf do
+    not propagate); ``self_`` may be a pair or a real tensor (broadcast to the product)."""
+    re, im = _scaled(product, alpha)
+    if complex(beta) != 0:
+        s_re, s_im = _scaled(Pair.promote(self_, product.dtype, like=product.re), beta)
+        re, im = re + s_re, im + s_im
+    return Pair(re, im, product.dtype)
 
-    As in eager, ``beta == 0`` ignores ``self`` (its nan and inf do not propagate).
-    """
+
+def addmv(ctx, self_, mat, vec, *, beta=1, alpha=1):
+    """``addmv``, i.e. ``beta * self + alpha * (mat @ vec)``, with the product from :func:`mv`
+    (:func:`scaled_sum`)."""
     if not isinstance(self_, Pair) or isinstance(beta, torch.Tensor) or isinstance(alpha, torch.Tensor):
         return NotImplemented
     y = mv(ctx, mat, vec)
-    if y is NotImplemented:
-        return NotImplemented
-    re, im = _scaled(y, alpha)
-    if complex(beta) != 0:
-        s_re, s_im = _scaled(self_, beta)
-        re, im = re + s_re, im + s_im
-    return Pair(re, im, y.dtype)
+    return NotImplemented if y is NotImplemented else scaled_sum(y, self_, beta, alpha)

@@ -37,6 +37,7 @@ import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ptc.complex import realgemm as _realgemm
 from ptc.complex import rules as _rules
 from ptc.complex.pair import Pair, from_storage, is_paired, join, real_dtype, store
 from torch._subclasses.fake_tensor import FakeTensor
@@ -52,6 +53,8 @@ class Report:
 
     rewritten: collections.Counter = field(default_factory=collections.Counter)
     library: collections.Counter = field(default_factory=collections.Counter)
+    #: of those, the complex64 GEMMs computed as one real GEMM on oneDNN (:mod:`ptc.complex.realgemm`)
+    real_gemm: collections.Counter = field(default_factory=collections.Counter)
     fallback: collections.Counter = field(default_factory=collections.Counter)
     graphs: int = 0
     #: library-bound Dynamo graphs run as they are (``ptc.complex.backend.library_bound``)
@@ -64,6 +67,7 @@ class Report:
     def merge(self, other: "Report") -> None:
         self.rewritten.update(other.rewritten)
         self.library.update(other.library)
+        self.real_gemm.update(other.real_gemm)
         self.fallback.update(other.fallback)
         self.graphs += other.graphs
         self.library_graphs += other.library_graphs
@@ -77,6 +81,7 @@ class Report:
         return (
             f"{self.graphs} graph(s); rewritten: {fmt(self.rewritten)}; "
             f"library kernels: {fmt(self.library)}; ATen fallbacks: {fmt(self.fallback)}"
+            + (f"; of the GEMMs, real GEMMs on oneDNN: {fmt(self.real_gemm)}" if self.real_gemm else "")
             + (f"; library-bound graphs run as they are: {self.library_graphs}" if self.library_graphs else "")
             + (f"; compiled by stock Inductor instead: {len(self.stock_graphs)}" if self.stock_graphs else "")
         )
@@ -98,6 +103,7 @@ def has_complex(gm: fx.GraphModule) -> bool:
 
 
 _LIBRARY = set(_rules.LIBRARY)
+_REAL_FORMS = {aten.mm.default: _realgemm.mm, aten.addmm.default: _realgemm.addmm}
 
 
 _STRIDED_VIEWS = (aten.view.default, aten._unsafe_view.default)
@@ -135,6 +141,8 @@ class _PairInterpreter(fx.Interpreter):
         self.stored_dtypes: Dict[str, torch.dtype] = {}
         self._storage: Dict[str, torch.Tensor] = {}  # their views, as traced
         self._inputs: Dict[str, torch.Tensor] = {}  # complex placeholders (not stored) by name
+        #: names of the GEMM nodes computed in the real form (:func:`ptc.complex.realgemm.planned`)
+        self.real_gemms: set = set()
 
     def run_node(self, n: fx.Node) -> Any:
         self._node = n
@@ -203,6 +211,11 @@ class _PairInterpreter(fx.Interpreter):
         args = self._numbers_as_tensors(target, args, out_meta)
         if target in _LIBRARY:
             self.report.library[name] += 1
+            if self._node is not None and self._node.name in self.real_gemms:
+                result = _REAL_FORMS[target](_rules.Ctx(target, out_meta), *args, **kwargs)
+                if result is not NotImplemented:
+                    self.report.real_gemm[name] += 1
+                    return result
             faster_form = _rules.LIBRARY_RULES.get(target)
             if faster_form is not None:
                 result = faster_form(_rules.Ctx(target, out_meta), *args, **kwargs)
@@ -590,6 +603,7 @@ def rewrite(
     decompositions: Optional[Mapping] = None,
     report: Optional[Report] = None,
     stored: Sequence[int] = (),
+    gemm: str = "aten",
 ) -> fx.GraphModule:
     """``gm`` with every complex op turned into real arithmetic (see the module docstring).
 
@@ -599,6 +613,8 @@ def rewrite(
     ``stored`` (from :func:`stored_inputs`): inputs the new graph takes as their
     real storage view instead (``storage_view(z)`` where ``gm`` took ``z``); at those
     positions ``example_inputs`` already holds the views, and so will the caller's calls.
+    ``gemm`` (``"aten"``, ``"auto"`` or ``"onednn"``): which complex64 GEMMs run as one real
+    GEMM on oneDNN (:mod:`ptc.complex.realgemm`); ``"aten"`` keeps them all on ATen.
     A backward graph takes its complex inputs without conj and neg bits
     (:func:`conj_inputs`): where an example has one, the new graph expects
     ``x.resolve_conj().resolve_neg()`` (what a rewritten forward's outputs already are).
@@ -613,6 +629,7 @@ def rewrite(
 
     fake_mode = detect_fake_mode(example_inputs)
     interp = _PairInterpreter(gm, own, fake_mode)
+    interp.real_gemms = _realgemm.planned(gm, gemm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i in stored:
         interp.stored_dtypes[placeholders[i].name] = placeholders[i].meta["val"].dtype
