@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 
 from ptc import _compat
-from ptc.complex.pair import Pair, interleave
+from ptc.complex.pair import Pair, join_bits
 
 aten = torch.ops.aten
 log = logging.getLogger("ptc.complex")
@@ -171,26 +171,50 @@ def _best_time(fn, *, rounds: int = 3, budget_s: float = 0.01) -> float:
 
 def _rows(a: Pair) -> torch.Tensor:
     """``a`` (``m x k``) as the real ``m x 2k`` matrix of its interleaved values: a view of the
-    tensor that holds them where that one is row-major without conj/neg bits, else a new one."""
+    tensor that holds them where that one is row-major without conj/neg bits, else a new one
+    (the parts' bits joined, :func:`~ptc.complex.pair.join_bits`)."""
     m, k = a.shape
     z = a.readable() if a.has_source or a.same_values is not None else None
     if (z is not None and not z.is_conj() and not z.is_neg() and z.stride(-1) == 1
             and (m == 1 or z.stride(0) == k)):
         return aten.view(aten.view_as_real(z), [m, 2 * k])
-    return aten.reshape(interleave(a.re, a.im), [m, 2 * k])
+    bits = aten.clone(join_bits(a.re, a.im), memory_format=torch.contiguous_format)
+    return aten.view(aten.view.dtype(bits, torch.float32), [m, 2 * k])
+
+
+def _bits(p: Pair) -> torch.Tensor:
+    """The int64 bits of the complex64 values of ``p``: a view of the tensor that holds them
+    where it has no conj/neg bit (any strides), else joined from the parts."""
+    z = p.readable() if p.has_source or p.same_values is not None else None
+    if z is not None and not z.is_conj() and not z.is_neg():
+        return aten.view.dtype(z, torch.int64)
+    return join_bits(p.re, p.im)
+
+
+#: the sign bit of a complex64 element's imaginary part, in its int64 bits
+_IMAG_SIGN = torch.iinfo(torch.int64).min
 
 
 def _block(b: Pair) -> torch.Tensor:
     """The ``2n x 2k`` real weight of ``b`` (``k x n``): ``w[2j + s, 2i + t]`` is
     ``b.real[i, j]`` where ``s == t``, ``-b.imag[i, j]`` where ``(s, t) == (0, 1)`` and
-    ``b.imag[i, j]`` where ``(s, t) == (1, 0)`` (one pointwise kernel)."""
+    ``b.imag[i, j]`` where ``(s, t) == (1, 0)``.
+
+    Row ``2j`` holds ``conj(b[:, j])`` and row ``2j + 1`` holds ``1j * conj(b[:, j])``,
+    interleaved; both are made from each element's 64 bits at once (one kernel)::
+
+        bits = b.T.view(int64)                          # low half: real part, high half: imaginary
+        row0 = bits ^ (1 << 63)                         # (re, -im): the imaginary sign bit flipped
+        row1 = (bits << 32) | ((bits >> 32) & 0xFFFFFFFF)  # (im, re): the halves swapped
+    """
     k, n = b.shape
-    re = aten.permute(b.re, [1, 0])[:, None, :, None]  # (n, 1, k, 1)
-    im = aten.permute(b.im, [1, 0])[:, None, :, None]
-    s = torch.arange(2, device=b.device).view(2, 1, 1)
-    t = torch.arange(2, device=b.device).view(1, 1, 2)
-    signed_im = torch.where(t > s, -im, im)
-    return aten.reshape(torch.where(s == t, re, signed_im), [2 * n, 2 * k])
+    bits = aten.permute(_bits(b), [1, 0])[:, None, :]  # (n, 1, k)
+    row0 = torch.bitwise_xor(bits, _IMAG_SIGN)
+    row1 = torch.bitwise_or(torch.bitwise_left_shift(bits, 32),
+                            torch.bitwise_and(torch.bitwise_right_shift(bits, 32), 0xFFFFFFFF))
+    s = torch.arange(2, device=b.device).view(2, 1)
+    rows = aten.clone(torch.where(s == 0, row0, row1), memory_format=torch.contiguous_format)  # (n, 2, k)
+    return aten.view(aten.view.dtype(rows, torch.float32), [2 * n, 2 * k])
 
 
 def mm(ctx, a, b):

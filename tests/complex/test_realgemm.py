@@ -232,3 +232,33 @@ def test_a_graph_of_one_gemm_in_the_real_form_is_compiled_not_run_as_is():
     torch.testing.assert_close(result, a @ b)
     assert backend.report.library_graphs == 0 and backend.report.real_gemm["mm.default"] == 1
     assert "ptc.onednn_linear" in "".join(codes)
+
+
+def _with_edge_values(z, gen):
+    """``z`` with ~15% of its real and imaginary parts replaced by 0, -0, inf, -inf, nan,
+    a denormal or a value near float32's max."""
+    values = torch.tensor([0.0, -0.0, 1.0, float("inf"), float("-inf"), float("nan"), 1e-45, 3e38])
+    parts = torch.view_as_real(z)
+    pick = torch.randint(0, len(values), parts.shape, generator=gen)
+    where = torch.rand(parts.shape, generator=gen) < 0.15
+    parts[where] = values[pick][where]
+    return z
+
+
+@pytest.mark.parametrize("computed", [False, True])
+def test_nonfinite_values_propagate_as_in_atens_gemm(computed):
+    """The same real products as a complex GEMM: nan and inf land where ATen's put them."""
+    gen = torch.Generator().manual_seed(10)
+    a = _with_edge_values(_operand("row", 6, 8, gen), gen)
+    b = _with_edge_values(_operand("col", 8, 5, gen).contiguous(), gen).mT.contiguous().mT
+
+    def f(a, b):
+        return (a * 1 if computed else a) @ (b.conj().conj() * 1 if computed else b)
+
+    out, report = _rewritten(f, a, b)
+    assert report.real_gemm["mm.default"] == 1
+    expected = f(a, b)
+    got, exp = torch.view_as_real(out), torch.view_as_real(expected)
+    assert torch.equal(got.isnan(), exp.isnan()) and torch.equal(got.isinf(), exp.isinf())
+    finite = exp.isfinite()
+    torch.testing.assert_close(got[finite], exp[finite], rtol=1e-4, atol=1e-3)
