@@ -1,6 +1,6 @@
 """ptc.complex against stock ``torch.compile`` over torch's own OpInfo database.
 
-    python benchmarks/complex_opinfo.py [--dtype complex64] [--samples 2] [--backward | --inplace]
+    python benchmarks/complex_opinfo.py [--dtype complex64] [--samples 2] [--backward | --inplace] [--gemm onednn]
                                         [--ops abs,mul] [--jobs 2] [--json out.json]
 
 Every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db``
@@ -179,12 +179,16 @@ class _Sample:
         return (fn or self.op)(*args, **kwargs), args, kwargs
 
 
+#: how ptc's backend computes complex64 GEMMs (``--gemm``; passed to the worker processes)
+_GEMM_ENV = "PTC_OPINFO_GEMM"
+
+
 def _backend(mode):
     import ptc.complex as pc
 
     if mode == "stock":
         return "inductor", None
-    b = pc.backend()
+    b = pc.backend(gemm=os.environ.get(_GEMM_ENV, "auto"))
     return b, b
 
 
@@ -458,10 +462,13 @@ def main(argv=None) -> int:
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
     p.add_argument("--json", default="", help="write every op's result here")
+    p.add_argument("--gemm", default="auto", choices=["auto", "onednn", "aten"],
+                   help="ptc's gemm option (onednn: every complex64 mm/addmm of a static shape as a real GEMM)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.backward and a.inplace:
         p.error("--backward and --inplace: one direction at a time")
+    os.environ[_GEMM_ENV] = a.gemm
     if a.worker:
         _worker([n for n in a.ops.split(",") if n], a.samples, a.backward, a.dtype, a.inplace)
         return 0
