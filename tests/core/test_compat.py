@@ -41,6 +41,7 @@ GROUND_TRUTH = {
         "SHAPE_GUARD_STACKS": True,
         "FP4_DTYPE": True,
         "INDUCTOR_EXTERN_KERNEL_REGISTRY": True,
+        "ONEDNN_LINEAR": True,
     },
     "2.14.1": {
         "NATIVE_SWITCH_HOP": True,
@@ -75,6 +76,7 @@ GROUND_TRUTH = {
         "SHAPE_GUARD_STACKS": True,
         "FP4_DTYPE": True,
         "INDUCTOR_EXTERN_KERNEL_REGISTRY": True,
+        "ONEDNN_LINEAR": True,
     },
 }
 RELEASE = torch.__version__.split("+")[0]
