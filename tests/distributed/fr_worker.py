@@ -83,12 +83,12 @@ def hang(ctx) -> None:
         dist.all_reduce(t, async_op=True)  # never completes
     wait_until(lambda: rec.dumps, what="a dump")
     emit("dumped", paths=rec.dumps)
-    # stay until every rank has dumped: a rank that exits closes its gloo connections, which
-    # fails a peer's pending all_reduce, and that failure would dump first on a slow peer
+    rec.close()  # no dump after this one (its requests to the peers are published by now)
+    # a rank that exits closes its gloo connections, which fails a peer's pending all_reduce: exit
+    # only once every rank has closed its recorder, so no such failure is recorded or dumped
     store = ctx["store"]
-    store.set(f"hang_dumped/{rank}", "1")
-    wait_until(lambda: store.check([f"hang_dumped/{r}" for r in range(world)]), what="every rank's dump")
-    rec.close()
+    store.set(f"hang_closed/{rank}", "1")
+    wait_until(lambda: store.check([f"hang_closed/{r}" for r in range(world)]), what="every rank's dump")
     os._exit(0)  # the hung collective cannot finish; do not wait for it
 
 
