@@ -13,27 +13,15 @@ form, ``ptc.complex.realgemm``), and compiled by ptc with ``gemm="auto"``
 from __future__ import annotations
 
 import argparse
-import time
 import warnings
 
 import torch
 
 import ptc.complex as pc
 from ptc.complex import realgemm
+from ptc.demos.complex import sample_ms
 
 SHAPES = "256x512x512,512x256x512,256x256x256,128x128x128,64x64x64,1024x1024x1024,32x512x512,4096x64x64,1x2048x2048"
-
-
-def sample_ms(fn, args, min_ms=20.0):
-    fn(*args)
-    start = time.perf_counter()
-    fn(*args)
-    once = max(time.perf_counter() - start, 1e-7)
-    repeats = max(1, int(min_ms / 1e3 / once))
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn(*args)
-    return (time.perf_counter() - start) / repeats * 1e3
 
 
 def main(argv=None):
@@ -65,7 +53,7 @@ def main(argv=None):
             backends[mode] = pc.backend(gemm=mode)
             runs[mode] = torch.compile(f, backend=backends[mode], dynamic=False)
             torch.testing.assert_close(runs[mode](a, b), f(a, b), rtol=1e-4, atol=1e-3)
-        best = {name: min(sample_ms(run, (a, b)) for _ in range(ns.rounds)) for name, run in runs.items()}
+        best = {name: min(sample_ms(run, (a, b), 20.0) for _ in range(ns.rounds)) for name, run in runs.items()}
         choice = "real GEMM" if backends["auto"].report.real_gemm else "ATen"
         e = best["eager"]
         print(f"{shape:>16} {e:13.3f} {best['onednn']:9.3f} ({e / best['onednn']:4.2f}x) "

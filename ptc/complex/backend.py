@@ -66,8 +66,7 @@ from ptc.complex.codegen import (
     vector_math,
 )
 from ptc.complex.pair import is_paired, storage_view
-from ptc.complex.realgemm import GEMM_MODES
-from ptc.complex.realgemm import planned as realgemm_planned
+from ptc.complex.realgemm import GEMM_MODES, planned as realgemm_planned
 from ptc.complex.rewrite import Report, conj_inputs, resolved_inputs, rewrite, stored_inputs
 
 aten = torch.ops.aten

@@ -14,7 +14,7 @@ Each output is the same sum of ``2k`` real products as in a complex GEMM
 GEMM runs on oneDNN (``ptc::onednn_linear``, a custom op Inductor calls as an
 extern kernel); ``w`` is built by one pointwise kernel Inductor fuses with
 whatever computes ``b``, and ``x`` is a view where ``a`` is row-major (else one
-kernel that interleaves its parts).
+kernel that stores its values row-major).
 
 ATen sends complex (and real) GEMMs to its BLAS, which on some CPUs runs a
 much slower path than oneDNN's kernels. :func:`choose` times both forms for a
@@ -38,7 +38,7 @@ from ptc.complex.pair import Pair, join_bits
 aten = torch.ops.aten
 log = logging.getLogger("ptc.complex")
 
-__all__ = ["GEMM_MODES", "choose", "planned", "mm", "addmm", "onednn_linear"]
+__all__ = ["GEMM_MODES", "FORMS", "choose", "planned", "mm", "addmm", "onednn_linear"]
 
 #: the values of the backend's ``gemm`` option
 GEMM_MODES = ("auto", "onednn", "aten")
@@ -170,16 +170,12 @@ def _best_time(fn, *, rounds: int = 3, budget_s: float = 0.01) -> float:
 
 
 def _rows(a: Pair) -> torch.Tensor:
-    """``a`` (``m x k``) as the real ``m x 2k`` matrix of its interleaved values: a view of the
-    tensor that holds them where that one is row-major without conj/neg bits, else a new one
-    (the parts' bits joined, :func:`~ptc.complex.pair.join_bits`)."""
-    m, k = a.shape
-    z = a.readable() if a.has_source or a.same_values is not None else None
-    if (z is not None and not z.is_conj() and not z.is_neg() and z.stride(-1) == 1
-            and (m == 1 or z.stride(0) == k)):
-        return aten.view(aten.view_as_real(z), [m, 2 * k])
-    bits = aten.clone(join_bits(a.re, a.im), memory_format=torch.contiguous_format)
-    return aten.view(aten.view.dtype(bits, torch.float32), [m, 2 * k])
+    """``a`` (``m x k``) as the real ``m x 2k`` matrix of its interleaved values: a view of
+    :func:`_bits` where those lie row-major, else a contiguous copy of them."""
+    bits = _bits(a)
+    if not bits.is_contiguous():
+        bits = aten.clone(bits, memory_format=torch.contiguous_format)
+    return aten.view.dtype(bits, torch.float32)
 
 
 def _bits(p: Pair) -> torch.Tensor:
@@ -237,3 +233,7 @@ def addmm(ctx, self_, a, b, *, beta=1, alpha=1):
         return NotImplemented
     y = mm(ctx, a, b)
     return NotImplemented if y is NotImplemented else scaled_sum(y, self_, beta, alpha)
+
+
+#: the real form of each GEMM op :func:`planned` picks from (``_GEMMS``: its operands' positions)
+FORMS = {aten.mm.default: mm, aten.addmm.default: addmm}

@@ -103,7 +103,6 @@ def has_complex(gm: fx.GraphModule) -> bool:
 
 
 _LIBRARY = set(_rules.LIBRARY)
-_REAL_FORMS = {aten.mm.default: _realgemm.mm, aten.addmm.default: _realgemm.addmm}
 
 
 _STRIDED_VIEWS = (aten.view.default, aten._unsafe_view.default)
@@ -212,7 +211,7 @@ class _PairInterpreter(fx.Interpreter):
         if target in _LIBRARY:
             self.report.library[name] += 1
             if self._node is not None and self._node.name in self.real_gemms:
-                result = _REAL_FORMS[target](_rules.Ctx(target, out_meta), *args, **kwargs)
+                result = _realgemm.FORMS[target](_rules.Ctx(target, out_meta), *args, **kwargs)
                 if result is not NotImplemented:
                     self.report.real_gemm[name] += 1
                     return result
