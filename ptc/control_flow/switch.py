@@ -261,7 +261,7 @@ def _cond_tree(index: torch.Tensor, branches: Sequence[Callable], operands: tupl
             branch = branches[lo]
 
             def leaf(idx: torch.Tensor, *flat: torch.Tensor, k: int = lo) -> Any:
-                out = _unaliased(branch(*rebuild(flat)), flat)
+                out = _fresh(_unaliased(branch(*rebuild(flat)), flat))
                 _check_traced_output(call, k, _signature(out), _constants_of(out))
                 return _without_constants(out)
 
@@ -349,6 +349,35 @@ def _unaliased(out: Any, operands: Sequence[torch.Tensor]) -> Any:
         if base is not None:  # a later view of the same intermediate aliases this one
             seen.append(base)
         return t
+
+    return pytree.tree_map_only(torch.Tensor, fresh, out)
+
+
+# dtypes whose ``torch.where`` Inductor compiles; others keep _unaliased's copy only
+_FRESH_DTYPES = frozenset(
+    (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+     torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+)
+
+
+def _fresh(out: Any) -> Any:
+    """``out`` with each tensor ``t`` replaced by ``torch.where(t == t, t, t)``: equal
+    to ``t`` in every element (nan included: both sides are ``t``), and new.
+
+    Inductor (2.13 and 2.14) removes arithmetic it can prove to be the identity
+    (``x * 1``, ``x + 0``, ``x + zeros_like(x)``; torch 2.14 for Python numbers too)
+    and copies, also inside a ``torch.cond`` branch, which then returns its
+    operand's buffer as its output; the code after the cond takes that buffer as its
+    own and writes into it, changing the caller's tensor (and the result). Nothing
+    removes the ``where``: its condition depends on the values. Inductor fuses it into
+    the kernel that computes ``t``; only an output no kernel computes (an operand
+    itself, or a library call's result such as a matmul's) costs a pass over it.
+    """
+
+    def fresh(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype not in _FRESH_DTYPES:
+            return t
+        return torch.where(t == t, t, t)
 
     return pytree.tree_map_only(torch.Tensor, fresh, out)
 

@@ -243,12 +243,18 @@ cond(index < 2)
       true:
         mul(1,)
         add(0,)
+        eq
+        where
       false:
         mul(2,)
         add(1,)
+        eq
+        where
   false:
     mul(3,)
-    add(2,)""")
+    add(2,)
+    eq
+    where""")
 
     def test_eight_branches(self):
         self.assertExpectedInline(self._tree(8), """\
@@ -261,17 +267,25 @@ cond(index < 4)
           true:
             mul(1,)
             add(0,)
+            eq
+            where
           false:
             mul(2,)
             add(1,)
+            eq
+            where
       false:
         cond(index < 3)
           true:
             mul(3,)
             add(2,)
+            eq
+            where
           false:
             mul(4,)
             add(3,)
+            eq
+            where
   false:
     cond(index < 6)
       true:
@@ -279,14 +293,22 @@ cond(index < 4)
           true:
             mul(5,)
             add(4,)
+            eq
+            where
           false:
             mul(6,)
             add(5,)
+            eq
+            where
       false:
         cond(index < 7)
           true:
             mul(7,)
             add(6,)
+            eq
+            where
           false:
             mul(8,)
-            add(7,)""")
+            add(7,)
+            eq
+            where""")
