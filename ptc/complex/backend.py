@@ -452,12 +452,15 @@ class ComplexBackend:
                 # lowers read complex values through real views (its joint-graph passes, which run on
                 # the graph before ptc's rewrite, would say it otherwise)
                 warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
-                return compile_fx(
+                return fresh_outputs(
+                    compile_fx(
+                        gm,
+                        example_inputs,
+                        inner_compile=inner,
+                        config_patches=patches,
+                        decompositions=decompositions(),
+                    ),
                     gm,
-                    example_inputs,
-                    inner_compile=inner,
-                    config_patches=patches,
-                    decompositions=decompositions(),
                 )
         except _CONTROL_FLOW:
             # e.g. TensorifyScalarRestartAnalysis (AOTAutograd's tensorify pass, a SymFloat that was
@@ -470,7 +473,7 @@ class ComplexBackend:
             if isinstance(e, _EAGER_FALLBACK):
                 return self._stock_or_eager(gm, example_inputs, e)
             self._fell_back("a Dynamo graph", e)
-        return compile_fx(gm, example_inputs, config_patches=dict(self.options))
+        return fresh_outputs(compile_fx(gm, example_inputs, config_patches=dict(self.options)), gm)
 
     def _stock_or_eager(self, gm, example_inputs, error: BaseException):
         """Stock Inductor's compile of a graph whose ptc compile raised ``error``, one of the
@@ -484,7 +487,7 @@ class ComplexBackend:
             log.debug("ptc.complex: stock Inductor raises %s on this graph too: Dynamo runs it eagerly", type(stock_error).__name__)
             raise
         self._fell_back("a Dynamo graph", error)
-        return compiled
+        return fresh_outputs(compiled, gm)
 
     def _aot_eager(self, gm, example_inputs):
         from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
@@ -520,6 +523,90 @@ def _storage_views(inputs, positions):
         for i in positions:
             inputs[i] = storage_view(inputs[i])
     return inputs
+
+
+def fresh_outputs(compiled: Callable, gm: torch.fx.GraphModule) -> Callable:
+    """``compiled`` (a compiled Dynamo graph ``gm``), returning a fresh tensor wherever the
+    traced program computes one (:class:`_FreshOutputs`); ``compiled`` itself when ``gm``
+    computes no output."""
+    computed = computed_outputs(gm)
+    return _FreshOutputs(compiled, computed) if computed else compiled
+
+
+def computed_outputs(gm: torch.fx.GraphModule) -> tuple:
+    """Positions of the Dynamo graph ``gm``'s outputs that it computes: tensors that share
+    memory with no input (an input or a view of one shares it)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node: Any) -> Any:
+        if not isinstance(node, torch.fx.Node):
+            return None
+        val = node.meta.get("example_value", node.meta.get("val"))
+        if not isinstance(val, torch.Tensor):
+            return None
+        try:
+            return StorageWeakRef(val.untyped_storage())
+        except (NotImplementedError, RuntimeError):  # a tensor subclass without storage
+            return None
+
+    inputs = {storage(n) for n in gm.graph.find_nodes(op="placeholder")} - {None}
+    outputs = next(iter(reversed(gm.graph.nodes))).args[0]
+    if not isinstance(outputs, (tuple, list)):
+        return ()
+    return tuple(
+        i for i, node in enumerate(outputs)
+        if isinstance(node, torch.fx.Node) and node.op != "placeholder"
+        and storage(node) is not None and storage(node) not in inputs
+    )  # fmt: skip
+
+
+class _FreshOutputs:
+    """A compiled Dynamo graph whose computed outputs (:func:`computed_outputs`) never share
+    memory with its inputs.
+
+    Inductor removes arithmetic it proves to be the identity (``x * 1``, ``x + 0``; torch 2.14
+    for Python numbers, both torches for ``zeros_like``) and then returns the input's buffer
+    where eager computes a new tensor: a caller writing into the result would change its input
+    (stock ``torch.compile`` does so). Which outputs Inductor's code returns that way is fixed
+    by the code, so the first call finds them (a computed output sharing memory with an input)
+    and every call returns a copy of those; the others pass through. Equivalent to
+    ``[o.clone() if i in found else o for i, o in enumerate(compiled(*args))]``.
+    """
+
+    def __init__(self, compiled: Callable, positions: tuple) -> None:
+        self.compiled = compiled
+        self.positions = positions
+        self.found: Optional[tuple] = None
+
+    def __call__(self, *args):  # as Dynamo calls a backend's compiled graph
+        if self.found is None:
+            memory = {_storage_ptr(a) for a in args if isinstance(a, torch.Tensor)} - {0}
+            outs = self.compiled(*args)
+            self.found = tuple(
+                i for i in self.positions
+                if i < len(outs) and isinstance(outs[i], torch.Tensor) and _storage_ptr(outs[i]) in memory
+            )  # fmt: skip
+        else:
+            outs = self.compiled(*args)
+        if not self.found:
+            return outs
+        fresh = list(outs)
+        for i in self.found:
+            fresh[i] = fresh[i].clone()
+        return type(outs)(fresh) if isinstance(outs, tuple) else fresh
+
+    def __getattr__(self, name: str) -> Any:  # what Dynamo or a caller reads off the compiled graph
+        compiled = self.__dict__.get("compiled")
+        if compiled is None:
+            raise AttributeError(name)
+        return getattr(compiled, name)
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (NotImplementedError, RuntimeError):  # a tensor subclass without storage
+        return 0
 
 
 class _TakingStorageViews:
