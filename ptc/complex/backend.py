@@ -579,15 +579,15 @@ class _FreshOutputs:
         self.found: Optional[tuple] = None
 
     def __call__(self, *args):  # as Dynamo calls a backend's compiled graph
-        if self.found is None:
+        first = self.found is None
+        if first:  # the inputs' memory, read before the call (which may release them)
             memory = {_storage_ptr(a) for a in args if isinstance(a, torch.Tensor)} - {0}
-            outs = self.compiled(*args)
+        outs = self.compiled(*args)
+        if first:
             self.found = tuple(
                 i for i in self.positions
                 if i < len(outs) and isinstance(outs[i], torch.Tensor) and _storage_ptr(outs[i]) in memory
             )  # fmt: skip
-        else:
-            outs = self.compiled(*args)
         if not self.found:
             return outs
         fresh = list(outs)

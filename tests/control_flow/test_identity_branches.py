@@ -12,7 +12,7 @@ import torch
 
 from ptc.control_flow import switch
 
-from .helpers import program
+from .helpers import affine_branches, program
 
 NEUTRAL = {
     "x * 1 + 0": lambda x: x * 1 + 0,
@@ -26,7 +26,8 @@ X = torch.arange(6.0) - 2.0
 
 
 def _branches(first, n):
-    return [first] + [(lambda k: lambda x: x * (k + 2) + k)(k) for k in range(n - 1)]
+    """``first``, then branches 1 .. n - 1 of :func:`affine_branches` (branch k: ``x * (k + 1) + k``)."""
+    return [first] + affine_branches(n)[1:]
 
 
 def _run_and_check(fn, index, x, want_y):
@@ -45,7 +46,7 @@ def test_a_neutral_branch_leaves_the_operand_alone_under_inductor(name):
     branches = _branches(NEUTRAL[name], 3)  # three branches: the index is read once
     fn = torch.compile(lambda i, x: (lambda y: (y * 10, y))(switch(i, branches, x)), fullgraph=True)
     _run_and_check(fn, torch.tensor(0), X.clone(), X)
-    _run_and_check(fn, torch.tensor(2), X.clone(), X * 3 + 1)
+    _run_and_check(fn, torch.tensor(2), X.clone(), X * 3 + 2)
 
 
 @pytest.mark.parametrize("fullgraph", [True, False])

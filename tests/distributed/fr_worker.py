@@ -88,7 +88,7 @@ def hang(ctx) -> None:
     # only once every rank has closed its recorder, so no such failure is recorded or dumped
     store = ctx["store"]
     store.set(f"hang_closed/{rank}", "1")
-    wait_until(lambda: store.check([f"hang_closed/{r}" for r in range(world)]), what="every rank's dump")
+    wait_until(lambda: store.check([f"hang_closed/{r}" for r in range(world)]), what="every rank's recorder closed")
     os._exit(0)  # the hung collective cannot finish; do not wait for it
 
 
