@@ -173,7 +173,7 @@ def _rows(a: Pair) -> torch.Tensor:
     """``a`` (``m x k``) as the real ``m x 2k`` matrix of its interleaved values: a view of
     :func:`_bits` where those lie row-major, else a contiguous copy of them."""
     bits = _bits(a)
-    if not bits.is_contiguous():
+    if not bits.is_contiguous() or bits.stride(-1) != 1:  # a size-1 dim lets is_contiguous pass any stride
         bits = aten.clone(bits, memory_format=torch.contiguous_format)
     return aten.view.dtype(bits, torch.float32)
 
